@@ -1,0 +1,79 @@
+"""Engine configuration: one typed dataclass that every layer of the engine reads.
+
+The harness turns Hydra configs into an `EngineConfig`; the server turns CLI flags into one
+(a flag per field). Nothing here imports torch, so configs can be built and validated on any host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+System = Literal["paged", "cascade", "granikv"]
+SYSTEMS: tuple[str, ...] = ("paged", "cascade", "granikv")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything that decides how one engine instance stores KV and decodes.
+
+    The three systems share the model, scheduler, prefill kernel and sampler; they differ only
+    in `system` (storage policy + decode attention), so their throughputs compare cleanly.
+    """
+
+    model: str = "tiny"  # a name under conf/model/, or a directory holding an HF config.json
+    system: str = "granikv"  # paged | cascade | granikv
+    tp: int = 1
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | bfloat16 | float16 | float32
+    load_format: str = "dummy"  # dummy (seeded random weights) | safetensors
+    model_path: str | None = None
+    seed: int = 0
+
+    # storage
+    page_size: int = 16  # paged/cascade page size; granikv's COLD pool is always token-level
+    cold_page_size: int = 1  # COLD granularity (Table 18 sweeps it); 1 is the paper's default
+    hot_fraction: float = 0.2  # f_p: share of KV slots reserved for HOT slabs (granikv only)
+    kv_budget_gb: float | None = None  # cap the KV cache (emulates a smaller GPU); None = fill
+    mem_fraction: float = 0.85  # share of free device memory the KV cache may take when no budget
+    num_slots: int | None = None  # explicit slot count (tests); overrides the two above
+
+    # attention dispatch (granikv)
+    m_sat: int = 1024  # dense when n_class * g >= m_sat; fitted per GPU, see conf/hardware/
+    min_prefix_for_hot: int = 256  # shorter shared prefixes are not worth a slab
+    promote_min_refs: int = 2  # a COLD prefix reused by this many live requests is copied to HOT
+
+    # scheduler
+    max_running: int = 256
+    max_context: int = 32768
+    chunked_prefill_tokens: int = 8192
+    max_prefill_tokens: int = 16384
+
+    # runner
+    cuda_graphs: bool = True
+    graph_batch_sizes: tuple[int, ...] = field(
+        default_factory=lambda: (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
+    )
+
+    def __post_init__(self) -> None:
+        if self.system not in SYSTEMS:
+            raise ValueError(f"system must be one of {SYSTEMS}, got {self.system!r}")
+        if self.tp < 1:
+            raise ValueError(f"tp must be >= 1, got {self.tp}")
+        if not 0.0 <= self.hot_fraction < 1.0:
+            raise ValueError(f"hot_fraction must be in [0, 1), got {self.hot_fraction}")
+        if self.page_size < 1 or self.cold_page_size < 1:
+            raise ValueError("page sizes must be >= 1")
+        if self.max_running < 1 or self.max_context < 2:
+            raise ValueError("max_running must be >= 1 and max_context >= 2")
+        if self.kv_budget_gb is not None and self.kv_budget_gb <= 0:
+            raise ValueError("kv_budget_gb must be positive")
+
+    def replace(self, **changes) -> EngineConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        return d
