@@ -1,0 +1,1 @@
+"""Benchmarking and reproduction harness for GraniKV (imports granikv, never the reverse)."""

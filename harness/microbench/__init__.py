@@ -1,0 +1,1 @@
+"""Kernel and storage microbenchmarks."""
