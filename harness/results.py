@@ -1,0 +1,200 @@
+"""Loading and validating result files (DESIGN §7: the contract tables, plots and the gate read).
+
+Layout under one hardware directory `results/<hardware>/`:
+
+- `<sweep>/<cell-id>.json`: one serving cell, `{"config", "metrics", "engine", "env"}` and an
+  optional `"profile"` section (`{category: ms}`, see `harness.tables` for the categories).
+- `microbench/<name>.json`: `{"env": {...}, "records": [{...}, ...]}` (kernel microbenchmarks,
+  ncu counters, dispatch-overhead captures; the record fields each consumer expects are listed
+  in `harness.tables`).
+
+Validation is strict on the keys every consumer relies on and says which file and which key is
+wrong, because a silently half-read result set would produce a table with quietly missing
+cells. Everything else in a file is carried through untouched as flattened columns
+(`config.lp`, `metrics.output_throughput`, `engine.dense_steps`, `env.gpu`, `profile.*`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+SECTIONS = ("config", "metrics", "engine", "env")
+REQUIRED_KEYS: Mapping[str, tuple[str, ...]] = {
+    "config": ("system", "model", "tp", "workload", "lp", "batch"),
+    "metrics": ("output_throughput", "median_ttft_ms", "median_tpot_ms", "completed", "failed"),
+    "engine": ("decode_steps",),
+    "env": ("gpu", "git_sha"),
+}
+NUMERIC_KEYS: Mapping[str, tuple[str, ...]] = {
+    "config": ("tp", "lp", "batch"),
+    "metrics": ("output_throughput", "median_ttft_ms", "median_tpot_ms", "completed", "failed"),
+    "engine": ("decode_steps",),
+}
+MICROBENCH_DIR = "microbench"
+
+# A GraniKV run whose dispatcher can never choose the dense pass (m_sat at or above this) is
+# "SGLang-Cascade on GraniKV storage" (the SGL-C/GKV column of Tables 13-14), not GraniKV.
+CASCADE_ONLY_M_SAT = 2**30
+VARIANTS = ("paged", "cascade", "granikv", "granikv_cascade")
+
+
+class ResultFileError(ValueError):
+    """A result file breaks the contract; the message names the file and the key."""
+
+
+def _flatten(prefix: str, obj: Any, out: dict[str, Any]) -> None:
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(obj, list):
+        out[prefix] = tuple(obj)  # hashable, so cells can be grouped on it
+    else:
+        out[prefix] = obj
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def validate_cell(doc: Any, path: Path | str = "<memory>") -> None:
+    """Raise ResultFileError unless `doc` carries every section and key of the contract."""
+    if not isinstance(doc, Mapping):
+        raise ResultFileError(f"{path}: top level must be a JSON object, got {type(doc).__name__}")
+    for section in SECTIONS:
+        if section not in doc:
+            raise ResultFileError(f"{path}: missing section {section!r} (need {list(SECTIONS)})")
+        if not isinstance(doc[section], Mapping):
+            raise ResultFileError(f"{path}: section {section!r} must be an object")
+        missing = [k for k in REQUIRED_KEYS[section] if k not in doc[section]]
+        if missing:
+            raise ResultFileError(f"{path}: {section} lacks required key(s) {missing}")
+        for k in NUMERIC_KEYS.get(section, ()):
+            v = doc[section][k]
+            if not _is_number(v) or (isinstance(v, float) and math.isnan(v)):
+                raise ResultFileError(f"{path}: {section}.{k} must be a number, got {v!r}")
+    if "profile" in doc and not isinstance(doc["profile"], Mapping):
+        raise ResultFileError(f"{path}: optional section 'profile' must be an object of category -> ms")
+
+
+def variant_of(config: Mapping[str, Any]) -> str:
+    """The system a cell measures, telling forced-cascade GraniKV runs apart from GraniKV."""
+    system = str(config["system"])
+    m_sat = config.get("m_sat")
+    if system == "granikv" and _is_number(m_sat) and m_sat >= CASCADE_ONLY_M_SAT:
+        return "granikv_cascade"
+    return system
+
+
+def cell_row(doc: Mapping[str, Any], *, hardware: str, sweep: str, cell_id: str, path: str) -> dict[str, Any]:
+    """One validated cell as a flat dict (the DataFrame row)."""
+    row: dict[str, Any] = {"hardware": hardware, "sweep": sweep, "cell_id": cell_id, "path": path,
+                           "variant": variant_of(doc["config"])}
+    for section, body in doc.items():
+        if isinstance(body, Mapping):
+            _flatten(section, body, row)
+    return row
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ResultFileError(f"{path}: not valid JSON ({e})") from e
+
+
+def load_cells(results_dir: Path | str, sweeps: Iterable[str] | None = None) -> pd.DataFrame:
+    """All serving cells under `results/<hardware>/` as one flat DataFrame.
+
+    `sweeps` restricts the scan to those sweep directories. An empty DataFrame (with the
+    bookkeeping columns) comes back when there is nothing; a malformed file raises.
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"results directory {root} does not exist")
+    wanted = set(sweeps) if sweeps is not None else None
+    rows = []
+    for sweep_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if sweep_dir.name == MICROBENCH_DIR or sweep_dir.name.startswith("."):
+            continue
+        if wanted is not None and sweep_dir.name not in wanted:
+            continue
+        for path in sorted(sweep_dir.glob("*.json")):
+            doc = _read_json(path)
+            validate_cell(doc, path)
+            rows.append(cell_row(doc, hardware=root.name, sweep=sweep_dir.name, cell_id=path.stem,
+                                 path=str(path)))
+    if not rows:
+        return pd.DataFrame(columns=["hardware", "sweep", "cell_id", "path", "variant"])
+    return pd.DataFrame(rows)
+
+
+def validate_microbench(doc: Any, path: Path | str = "<memory>") -> None:
+    if not isinstance(doc, Mapping):
+        raise ResultFileError(f"{path}: top level must be a JSON object")
+    if "records" not in doc or not isinstance(doc["records"], list):
+        raise ResultFileError(f"{path}: microbench file needs a 'records' list")
+    if "env" not in doc or not isinstance(doc["env"], Mapping):
+        raise ResultFileError(f"{path}: microbench file needs an 'env' object")
+    for i, rec in enumerate(doc["records"]):
+        if not isinstance(rec, Mapping):
+            raise ResultFileError(f"{path}: records[{i}] must be an object")
+
+
+def load_microbench(results_dir: Path | str, name: str) -> pd.DataFrame | None:
+    """Records of `results/<hardware>/microbench/<name>.json`, or None when the file is absent.
+
+    The file's env is flattened into `env.*` columns of every record.
+    """
+    path = Path(results_dir) / MICROBENCH_DIR / f"{name}.json"
+    if not path.exists():
+        return None
+    doc = _read_json(path)
+    validate_microbench(doc, path)
+    rows = []
+    for rec in doc["records"]:
+        row: dict[str, Any] = {}
+        _flatten("", rec, row)
+        _flatten("env", doc["env"], row)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class ResultSet:
+    """Everything one hardware directory holds: cells and microbench records by file name."""
+
+    hardware: str
+    cells: pd.DataFrame
+    microbench: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+
+    @property
+    def gpu(self) -> str | None:
+        """The GPU the cells were measured on, as the env recorded it (None if unknown)."""
+        for frame in (self.cells, *self.microbench.values()):
+            if "env.gpu" in frame.columns and len(frame):
+                values = sorted({str(v) for v in frame["env.gpu"].dropna()})
+                if values:
+                    return ", ".join(values)
+        return None
+
+
+def load_results(results_dir: Path | str) -> ResultSet:
+    """Load cells and every microbench file of `results/<hardware>/`."""
+    root = Path(results_dir)
+    cells = load_cells(root)
+    micro: dict[str, pd.DataFrame] = {}
+    mdir = root / MICROBENCH_DIR
+    if mdir.is_dir():
+        for path in sorted(mdir.glob("*.json")):
+            frame = load_microbench(root, path.stem)
+            if frame is not None:
+                micro[path.stem] = frame
+    return ResultSet(hardware=root.name, cells=cells, microbench=micro)
