@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,7 @@ def _flatten(prefix: str, obj: Any, out: dict[str, Any]) -> None:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 def validate_cell(doc: Any, path: Path | str = "<memory>") -> None:

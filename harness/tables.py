@@ -83,6 +83,7 @@ import argparse
 import csv
 import io
 import math
+import numbers
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -90,6 +91,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from harness.paper import PAPER_HARDWARE, PaperColumn, PaperTable, paper_table
@@ -143,9 +145,10 @@ def parse_config(label: str) -> tuple[str, int]:
 
 
 def _is_number(v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, int | float):
+    """A real number (numpy scalars included), not a bool and not NaN."""
+    if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Real):
         return False
-    return not (isinstance(v, float) and math.isnan(v))
+    return not math.isnan(float(v))
 
 
 def _match(frame: pd.DataFrame, key: str, value: Any) -> pd.Series:
@@ -170,11 +173,11 @@ def where(frame: pd.DataFrame, **conds: Any) -> pd.DataFrame:
     return frame[mask]
 
 
-def select(results: ResultSet, sweeps: Sequence[str], **conds: Any) -> pd.DataFrame:
-    """Cells of the first sweep (in order) that has any cell matching `conds`."""
+def select(results: ResultSet, sweeps: Sequence[str], require: Sequence[str] = (), **conds: Any) -> pd.DataFrame:
+    """Cells of the first sweep (in order) with a cell matching `conds` of every `require`d system."""
     for sweep in sweeps:
         sub = where(results.cells, sweep=sweep, **conds)
-        if len(sub):
+        if len(sub) and all((sub["variant"] == system).any() for system in require):
             return sub
     return results.cells.iloc[0:0]
 
@@ -442,7 +445,7 @@ def _t22(t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, 
     parts = {name: ratio(mean_of(prof, f"profile.{name}_ms", system="paged"), wall)
              for name in ("prefix_attention", "nccl", "host_gap")}
     alpha, beta, gamma = parts["prefix_attention"], parts["nccl"], parts["host_gap"]
-    tput = select(res, TABLE_SPECS[22].sweeps, **base)
+    tput = select(res, TABLE_SPECS[22].sweeps, require=("paged", "granikv"), **base)
     measured = ratio(mean_of(tput, TOK, system="granikv"), mean_of(tput, TOK, system="paged"))
     s = kernel_speedup(res)
     out: dict[str, Any] = {"alpha_pct": _scale(alpha, 100.0), "beta_pct": _scale(beta, 100.0),
@@ -624,7 +627,7 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
             applicable = col.name not in spec.qualitative
             value = ours.get(col.name) if applicable else None
             pv = prow.get(col.name)
-            comparable = col.name not in spec.no_ratio and not isinstance(pv, bool)
+            comparable = col.name not in spec.no_ratio and (pv is None or _is_number(pv))
             cells.append(Cell(paper=pv, ours=value, applicable=applicable, comparable=comparable))
         rows.append(ComparedRow(keys=tuple(prow.get(k) for k in spec.keys), cells=tuple(cells)))
     return ComparedTable(number=number, caption=paper.caption, key_columns=key_cols, value_columns=value_cols,
@@ -645,13 +648,16 @@ def _decimals(paper: Any) -> int:
 
 
 def format_value(value: Any, like: Any = None) -> str:
-    """A value as printed: numbers with the paper value's precision, bools as yes/no."""
+    """A value for print: the paper's own values (`like` None) exactly as printed; ours with the
+    precision of the paper value `like` they sit beside; bools as yes/no."""
     if value is None:
         return ""
-    if isinstance(value, bool):
+    if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
     if _is_number(value):
-        d = _decimals(like if like is not None else value)
+        if like is None:
+            return str(int(value)) if isinstance(value, numbers.Integral) else repr(float(value))
+        d = _decimals(like)
         return f"{value:.{d}f}" if d else f"{round(value):d}"
     return str(value)
 
