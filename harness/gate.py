@@ -1,0 +1,361 @@
+"""Throughput regression gate: compare a result set against a committed baseline.
+
+Two modes (DESIGN §7):
+
+- `ratio` (default): per cell, GraniKV's output throughput over paged's, both measured in the
+  same run, so machine drift (clocks, neighbours, driver) cancels out. This is the mode to gate
+  CI on.
+- `absolute`: per cell and system, the output throughput itself; only meaningful on the same
+  hardware key, so the baseline's `hardware` must match the results directory's name.
+
+A cell is identified by `key_fields` (config keys plus the sweep), never by file name, and reps
+are averaged. A check regresses when `current < baseline * (1 - tolerance)` (the boundary
+itself passes); a value above `baseline * (1 + tolerance)` is reported as improved (consider
+refreshing the baseline) but passes.
+
+Exit codes: 0 pass, 1 regression, 2 usage or missing-data error (no results, a baseline cell
+with no current counterpart unless `--allow-missing`, hardware mismatch in absolute mode,
+unreadable baseline). A regression wins over missing data: exit 1 if both.
+
+Baseline file (`results/baselines/<hardware>.json`, written by `--write-baseline`):
+
+    {"format": "granikv-gate-baseline/1", "hardware": "h200",
+     "metric": "metrics.output_throughput", "numerator": "granikv", "denominator": "paged",
+     "key_fields": ["sweep", "model", "tp", "workload", "lp", "batch", "k", ...],
+     "tolerance": 0.05, "abs_tolerance": 0.10,
+     "source": {"results": "results/h200", "git_sha": ["..."], "gpu": ["..."]},
+     "cells": [{"key": {"sweep": "table3", "model": "llama-3.1-8b", ...},
+                "ratio": 2.16, "absolute": {"paged": 1362.0, "granikv": 2943.0}}, ...]}
+
+CLI: `python -m harness.gate --results results/<hw> --baseline results/baselines/<hw>.json
+[--mode ratio|absolute|both] [--tolerance 0.05] [--write-baseline [--force]]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import numbers
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.results import ResultFileError, load_cells
+
+FORMAT = "granikv-gate-baseline/1"
+METRIC = "metrics.output_throughput"
+DEFAULT_KEY_FIELDS: tuple[str, ...] = ("sweep", "model", "tp", "workload", "lp", "batch", "k", "rate",
+                                       "num_prompts", "output_len")
+DEFAULT_TOLERANCE = 0.05
+DEFAULT_ABS_TOLERANCE = 0.10
+MODES = ("ratio", "absolute", "both")
+_EPS = 1e-9  # relative slack so a value exactly on the threshold passes despite float rounding
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+
+
+class GateError(Exception):
+    """Usage or missing-data problem: the gate cannot judge (exit 2)."""
+
+
+Key = tuple[tuple[str, Any], ...]
+
+
+def _norm_value(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, numbers.Real):
+        f = float(v)
+        return None if math.isnan(f) else f
+    return str(v)
+
+
+def make_key(values: Mapping[str, Any], fields: Sequence[str]) -> Key:
+    """A hashable, type-normalised cell key (8192 and 8192.0 are the same cell)."""
+    return tuple((f, _norm_value(values.get(f))) for f in fields)
+
+
+def key_text(key: Key) -> str:
+    def show(v: Any) -> str:
+        return f"{int(v)}" if isinstance(v, float) and v.is_integer() else str(v)
+
+    return " ".join(f"{f}={show(v)}" for f, v in key if v is not None)
+
+
+def _key_values(row: pd.Series, fields: Sequence[str]) -> dict[str, Any]:
+    out = {}
+    for f in fields:
+        col = f if f in ("sweep", "hardware") else f"config.{f}"
+        out[f] = row[col] if col in row.index else None
+    return out
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Mean metric per (cell key, system variant) of one result set."""
+
+    values: Mapping[tuple[Key, str], float]
+    key_values: Mapping[Key, Mapping[str, Any]]
+
+    def ratio(self, key: Key, numerator: str, denominator: str) -> float | None:
+        num, den = self.values.get((key, numerator)), self.values.get((key, denominator))
+        return None if num is None or den is None or den == 0 else num / den
+
+    @property
+    def keys(self) -> list[Key]:
+        return list(self.key_values)
+
+
+def measure(cells: pd.DataFrame, fields: Sequence[str], metric: str = METRIC) -> Measurement:
+    """Average `metric` over reps for every (cell key, variant) of the result set."""
+    if not len(cells) or metric not in cells.columns:
+        return Measurement(values={}, key_values={})
+    sums: dict[tuple[Key, str], list[float]] = {}
+    key_values: dict[Key, Mapping[str, Any]] = {}
+    for _, row in cells.iterrows():
+        kv = _key_values(row, fields)
+        key = make_key(kv, fields)
+        key_values.setdefault(key, {f: _json_value(v) for f, v in kv.items()})
+        value = pd.to_numeric(row[metric], errors="coerce")
+        if pd.notna(value):
+            sums.setdefault((key, str(row["variant"])), []).append(float(value))
+    return Measurement(values={k: sum(v) / len(v) for k, v in sums.items()}, key_values=key_values)
+
+
+def _json_value(v: Any) -> Any:
+    if v is None or isinstance(v, bool | str):
+        return v
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        return None if math.isnan(float(v)) else float(v)
+    return str(v)
+
+
+@dataclass(frozen=True)
+class BaselineCell:
+    key: Mapping[str, Any]
+    ratio: float | None
+    absolute: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    hardware: str
+    key_fields: tuple[str, ...]
+    cells: tuple[BaselineCell, ...]
+    metric: str = METRIC
+    numerator: str = "granikv"
+    denominator: str = "paged"
+    tolerance: float = DEFAULT_TOLERANCE
+    abs_tolerance: float = DEFAULT_ABS_TOLERANCE
+    source: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "hardware": self.hardware, "metric": self.metric,
+                "numerator": self.numerator, "denominator": self.denominator,
+                "key_fields": list(self.key_fields), "tolerance": self.tolerance,
+                "abs_tolerance": self.abs_tolerance, "source": dict(self.source),
+                "cells": [{"key": dict(c.key), "ratio": c.ratio, "absolute": dict(c.absolute)}
+                          for c in self.cells]}
+
+
+def load_baseline(path: Path | str) -> Baseline:
+    """Parse a baseline file; GateError (exit 2) when it is absent or malformed."""
+    p = Path(path)
+    if not p.exists():
+        raise GateError(f"baseline {p} does not exist (write one with --write-baseline)")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise GateError(f"baseline {p} is not valid JSON: {e}") from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise GateError(f"baseline {p}: expected \"format\": \"{FORMAT}\"")
+    try:
+        cells = tuple(BaselineCell(key=dict(c["key"]), ratio=c.get("ratio"),
+                                   absolute={str(s): float(v) for s, v in (c.get("absolute") or {}).items()})
+                      for c in doc["cells"])
+        return Baseline(hardware=str(doc["hardware"]), key_fields=tuple(doc["key_fields"]), cells=cells,
+                        metric=doc.get("metric", METRIC), numerator=doc.get("numerator", "granikv"),
+                        denominator=doc.get("denominator", "paged"),
+                        tolerance=float(doc.get("tolerance", DEFAULT_TOLERANCE)),
+                        abs_tolerance=float(doc.get("abs_tolerance", DEFAULT_ABS_TOLERANCE)),
+                        source=doc.get("source") or {})
+    except (KeyError, TypeError, ValueError) as e:
+        raise GateError(f"baseline {p} is malformed: {e!r}") from e
+
+
+def build_baseline(cells: pd.DataFrame, hardware: str, *, key_fields: Sequence[str] = DEFAULT_KEY_FIELDS,
+                   numerator: str = "granikv", denominator: str = "paged", metric: str = METRIC,
+                   tolerance: float = DEFAULT_TOLERANCE, abs_tolerance: float = DEFAULT_ABS_TOLERANCE,
+                   source: Mapping[str, Any] | None = None) -> Baseline:
+    """A baseline holding every cell key of `cells`: its ratio (if both systems ran) and absolutes."""
+    m = measure(cells, key_fields, metric)
+    out = []
+    for key in sorted(m.keys, key=key_text):
+        absolute = {system: v for (k, system), v in sorted(m.values.items()) if k == key}
+        out.append(BaselineCell(key=m.key_values[key], ratio=m.ratio(key, numerator, denominator),
+                                absolute=absolute))
+    if source is None:
+        source = {col: sorted({str(v) for v in cells[f"env.{col}"].dropna()})
+                  for col in ("git_sha", "gpu") if f"env.{col}" in cells.columns}
+    return Baseline(hardware=hardware, key_fields=tuple(key_fields), cells=tuple(out), metric=metric,
+                    numerator=numerator, denominator=denominator, tolerance=tolerance,
+                    abs_tolerance=abs_tolerance, source=dict(source))
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison: a ratio of a cell, or an absolute value of (cell, system)."""
+
+    mode: str  # ratio | absolute
+    key: Key
+    label: str  # "granikv/paged" or the system
+    baseline: float
+    current: float | None
+    tolerance: float
+
+    @property
+    def threshold(self) -> float:
+        return self.baseline * (1 - self.tolerance)
+
+    @property
+    def status(self) -> str:
+        if self.current is None:
+            return "missing"
+        if self.current < self.threshold - _EPS * abs(self.baseline):
+            return "REGRESSION"
+        if self.current > self.baseline * (1 + self.tolerance) + _EPS * abs(self.baseline):
+            return "improved"
+        return "ok"
+
+
+@dataclass(frozen=True)
+class GateReport:
+    checks: tuple[Check, ...]
+    notes: tuple[str, ...] = ()
+
+    def count(self, status: str) -> int:
+        return sum(1 for c in self.checks if c.status == status)
+
+    def exit_code(self, allow_missing: bool = False) -> int:
+        if self.count("REGRESSION"):
+            return EXIT_REGRESSION
+        if self.count("missing") and not allow_missing:
+            return EXIT_ERROR
+        if not any(c.status != "missing" for c in self.checks):
+            return EXIT_ERROR  # nothing was compared: never a silent pass
+        return EXIT_PASS
+
+    def text(self) -> str:
+        lines = [f"{'status':<10} {'mode':<8} {'what':<14} {'baseline':>10} {'current':>10} {'change':>8} "
+                 f"{'min ok':>10}  cell"]
+        order = {"REGRESSION": 0, "missing": 1, "improved": 2, "ok": 3}
+        for c in sorted(self.checks, key=lambda c: (order[c.status], c.mode, key_text(c.key))):
+            cur = "—" if c.current is None else f"{c.current:.4g}"
+            change = "" if c.current is None else f"{100 * (c.current / c.baseline - 1):+.1f}%"
+            lines.append(f"{c.status:<10} {c.mode:<8} {c.label:<14} {c.baseline:>10.4g} {cur:>10} {change:>8} "
+                         f"{c.threshold:>10.4g}  {key_text(c.key)}")
+        summary = ", ".join(f"{self.count(s)} {s.lower()}" for s in ("REGRESSION", "missing", "improved", "ok"))
+        return "\n".join([*lines, "", f"gate: {len(self.checks)} checks: {summary}", *self.notes]) + "\n"
+
+
+def compare(baseline: Baseline, cells: pd.DataFrame, *, mode: str = "ratio", hardware: str | None = None,
+            tolerance: float | None = None, abs_tolerance: float | None = None) -> GateReport:
+    """Check `cells` against `baseline`; raises GateError when the comparison is meaningless."""
+    if mode not in MODES:
+        raise GateError(f"mode must be one of {MODES}, got {mode!r}")
+    if not len(cells):
+        raise GateError("no result cells to gate")
+    notes = []
+    if hardware is not None and hardware != baseline.hardware:
+        if mode in ("absolute", "both"):
+            raise GateError(f"absolute mode needs the same hardware key: results are {hardware!r}, "
+                            f"baseline is {baseline.hardware!r}")
+        notes.append(f"note: results hardware {hardware!r} differs from baseline {baseline.hardware!r}; "
+                     "ratios only")
+    tol = baseline.tolerance if tolerance is None else tolerance
+    atol = baseline.abs_tolerance if abs_tolerance is None else abs_tolerance
+    for t in (tol, atol):
+        if not 0 <= t < 1:
+            raise GateError(f"tolerance must be in [0, 1), got {t}")
+    m = measure(cells, baseline.key_fields, baseline.metric)
+    checks = []
+    for bc in baseline.cells:
+        key = make_key(bc.key, baseline.key_fields)
+        if mode in ("ratio", "both") and bc.ratio is not None:
+            checks.append(Check("ratio", key, f"{baseline.numerator}/{baseline.denominator}", float(bc.ratio),
+                                m.ratio(key, baseline.numerator, baseline.denominator), tol))
+        if mode in ("absolute", "both"):
+            for system, value in bc.absolute.items():
+                checks.append(Check("absolute", key, system, value, m.values.get((key, system)), atol))
+    known = {make_key(bc.key, baseline.key_fields) for bc in baseline.cells}
+    extra = [k for k in m.keys if k not in known]
+    if extra:
+        notes.append(f"note: {len(extra)} current cell(s) have no baseline entry (not gated), e.g. "
+                     f"{key_text(extra[0])}")
+    return GateReport(checks=tuple(checks), notes=tuple(notes))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n")[0])
+    p.add_argument("--results", required=True, help="results/<hardware> directory")
+    p.add_argument("--baseline", required=True, help="baseline JSON (e.g. results/baselines/<hardware>.json)")
+    p.add_argument("--mode", choices=MODES, default="ratio")
+    p.add_argument("--tolerance", type=float, help="relative tolerance for ratios (default: baseline's)")
+    p.add_argument("--abs-tolerance", type=float, help="relative tolerance for absolute values")
+    p.add_argument("--sweep", action="append", help="only these sweeps (repeatable)")
+    p.add_argument("--hardware", help="hardware key of the results (default: the results directory name)")
+    p.add_argument("--allow-missing", action="store_true", help="baseline cells absent from the results pass")
+    p.add_argument("--write-baseline", action="store_true", help="write the baseline from the results instead")
+    p.add_argument("--force", action="store_true", help="with --write-baseline: overwrite an existing file")
+    p.add_argument("--key", nargs="+", default=list(DEFAULT_KEY_FIELDS),
+                   help="cell key fields for --write-baseline (config keys, plus 'sweep')")
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on usage errors already; keep 0 for --help
+        return int(e.code or 0)
+    try:
+        results_dir = Path(args.results)
+        hardware = args.hardware or results_dir.name
+        cells = load_cells(results_dir, args.sweep)
+        if not len(cells):
+            only = f" for sweeps {args.sweep}" if args.sweep else ""
+            raise GateError(f"no result cells under {results_dir}{only}")
+        if args.write_baseline:
+            out = Path(args.baseline)
+            if out.exists() and not args.force:
+                raise GateError(f"{out} exists; pass --force to overwrite it")
+            base = build_baseline(cells, hardware, key_fields=args.key,
+                                  tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
+                                  abs_tolerance=DEFAULT_ABS_TOLERANCE if args.abs_tolerance is None
+                                  else args.abs_tolerance,
+                                  source=None)
+            base = dataclasses.replace(base, source={**base.source, "results": str(results_dir)})
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(base.to_json(), indent=1) + "\n", encoding="utf-8")
+            n_ratio = sum(1 for c in base.cells if c.ratio is not None)
+            print(f"wrote {out}: {len(base.cells)} cells "
+                  f"({n_ratio} with a {base.numerator}/{base.denominator} ratio)")
+            return EXIT_PASS
+        baseline = load_baseline(args.baseline)
+        report = compare(baseline, cells, mode=args.mode, hardware=hardware, tolerance=args.tolerance,
+                         abs_tolerance=args.abs_tolerance)
+    except (GateError, ResultFileError, FileNotFoundError) as e:
+        print(f"gate error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    print(report.text(), end="")
+    code = report.exit_code(args.allow_missing)
+    print({EXIT_PASS: "gate: PASS", EXIT_REGRESSION: "gate: FAIL (regression)",
+           EXIT_ERROR: "gate: ERROR (missing data)"}[code])
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
