@@ -1,0 +1,93 @@
+"""PagedPool: fixed-size pages over the slot space, for the `paged` and `cascade` systems.
+
+Page p covers slots `[p·P, (p+1)·P)`; only pages wholly inside the region are used, so the page
+holding slot 0 is never handed out. A request fills its last page slot by slot, in order, before
+it gets a new one (the storage policy does that bookkeeping; this pool deals in whole pages).
+The same class serves the COLD page-size ablation of granikv (paper Table 18) over the COLD region.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class PagedPool:
+    def __init__(self, start: int, end: int, page_size: int = 16, check: bool = False):
+        if page_size < 1:
+            raise ValueError("page_size must be >= 1")
+        if not 1 <= start <= end:
+            raise ValueError(f"bad paged region [{start}, {end}) (slot 0 is reserved)")
+        self.page_size = page_size
+        self.start, self.end = start, end
+        self.first_page = -(-start // page_size)
+        self.end_page = max(end // page_size, self.first_page)
+        self.num_pages = self.end_page - self.first_page
+        self._stack = np.arange(self.end_page - 1, self.first_page - 1, -1, dtype=np.int32)
+        self._top = self.num_pages
+        self._used = np.zeros(self.num_pages, dtype=bool) if check else None
+
+    @property
+    def capacity(self) -> int:
+        """Usable slots (whole pages)."""
+        return self.num_pages * self.page_size
+
+    @property
+    def num_free_pages(self) -> int:
+        return self._top
+
+    @property
+    def num_free(self) -> int:
+        return self._top * self.page_size
+
+    @property
+    def num_used(self) -> int:
+        return self.capacity - self.num_free
+
+    @property
+    def available(self) -> int:
+        return self.num_free
+
+    def alloc_pages(self, n: int) -> np.ndarray | None:
+        """`n` free page ids (int32), or None and nothing changes."""
+        if n > self._top:
+            return None
+        out = self._stack[self._top - n : self._top][::-1].copy()
+        self._top -= n
+        if self._used is not None:
+            idx = out - self.first_page
+            assert not self._used[idx].any(), "page double allocation"
+            self._used[idx] = True
+        return out
+
+    def free_pages(self, pages: np.ndarray) -> None:
+        pages = np.asarray(pages, dtype=np.int32)
+        if pages.size == 0:
+            return
+        if int(pages.min()) < self.first_page or int(pages.max()) >= self.end_page:
+            raise ValueError("freeing a page outside the pool")
+        if self._used is not None:
+            idx = pages - self.first_page
+            assert self._used[idx].all(), "page double free"
+            assert np.unique(idx).size == idx.size, "page double free within one call"
+            self._used[idx] = False
+        k = pages.size
+        self._stack[self._top : self._top + k] = pages
+        self._top += k
+
+    def alloc(self, n: int) -> np.ndarray | None:
+        """Slots of ceil(n/P) fresh pages, the first `n` of them in page order."""
+        pages = self.alloc_pages(-(-n // self.page_size))
+        if pages is None:
+            return None
+        return self.slots_of(pages)[:n]
+
+    def slots_of(self, pages: np.ndarray) -> np.ndarray:
+        P = self.page_size
+        return (np.asarray(pages, dtype=np.int32)[:, None] * P + np.arange(P, dtype=np.int32)).ravel()
+
+    def pages_of(self, slots: np.ndarray) -> np.ndarray:
+        """The distinct pages that hold `slots` (order of first appearance is not kept)."""
+        return np.unique(np.asarray(slots, dtype=np.int32) // self.page_size)
+
+    def free_slots(self) -> np.ndarray:
+        return self.slots_of(self._stack[: self._top])
