@@ -1,0 +1,350 @@
+"""Streaming load generator for the SGLang-native HTTP API (`POST /generate`).
+
+The same client drives every system (paged, cascade, granikv in the bundled engine, and a real
+SGLang server), so differences in the numbers come from the servers, not from the client.
+It sends what SGLang's `bench_serving --backend sglang` sends for token-id prompts:
+
+    {"input_ids": [...], "sampling_params": {"max_new_tokens": N, "ignore_eos": true,
+     "temperature": 0.0}, "stream": true}
+
+plus, only when `send_prefix_hint` is set, `"shared_prefix_len": Lp` (the explicit HOT-prefix
+boundary of DESIGN.md §4; off by default so the payload is exactly bench_serving's).
+
+Run shape (bench_serving's): warm-up requests (the first workload request, at most
+`warmup_output_len` tokens, excluded from metrics) -> optional `POST /flush_cache` -> the
+measured run, where request i becomes ready at `t_unit_i / rate` (the workload's rate-1
+Poisson times; `rate=inf` sends all at once) and then waits for one of `max_concurrency`
+slots. Send time (TTFT's origin) is taken when the slot is granted, as in bench_serving.
+Failed requests (HTTP errors, disconnects, timeouts, streams without `[DONE]`) are recorded
+with their error and counted in `failed`; they never stop the run. Metrics: harness/metrics.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from harness.metrics import RequestRecord, compute_metrics
+from harness.workloads import Request, read_workload
+
+# Streamed lines can be long (cumulative text); bench_serving raises aiohttp's 64 KiB default too.
+_READ_BUFSIZE = 10 * 1024**2
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How the load is offered. Every field lands in the result file."""
+
+    rate: float = math.inf             # requests/s of the Poisson process; inf = all at once
+    max_concurrency: int | None = 256  # in-flight cap (the paper's B); None = no cap
+    warmup_requests: int = 1
+    warmup_output_len: int = 32
+    flush_cache: bool = False          # POST /flush_cache after warm-up, before the run
+    send_prefix_hint: bool = False     # add "shared_prefix_len" to the payload
+    request_timeout_s: float = 3600.0  # per request, send to last byte
+    max_new_tokens: int | None = None  # override every request's output_len
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    progress: bool = True              # tqdm on stderr, only when stderr is a tty
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate", float(self.rate))
+        if not self.rate > 0:
+            raise ValueError("rate must be > 0 (inf for all at once)")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1 or None")
+        if self.warmup_requests < 0 or self.request_timeout_s <= 0:
+            raise ValueError("warmup_requests must be >= 0 and request_timeout_s > 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rate"] = "inf" if math.isinf(self.rate) else self.rate
+        return d
+
+
+@dataclass
+class BenchmarkResult:
+    """Metrics of the measured run, plus every raw record (measured and warm-up)."""
+
+    metrics: dict[str, float | int]
+    records: list[RequestRecord]
+    warmup: list[RequestRecord] = field(default_factory=list)
+    flush_status: int | None = None
+    max_in_flight: int = 0
+    config: ClientConfig = field(default_factory=ClientConfig)
+
+    def errors(self) -> dict[str, int]:
+        """Failure reasons of the measured requests, with counts."""
+        out: dict[str, int] = {}
+        for r in self.records:
+            if not r.success:
+                key = r.error.split("\n", 1)[0][:120]
+                out[key] = out.get(key, 0) + 1
+        return out
+
+    def to_dict(self, with_records: bool = True) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "client": self.config.to_dict(),
+            "metrics": self.metrics,
+            "errors": self.errors(),
+            "flush_status": self.flush_status,
+            "max_in_flight": self.max_in_flight,
+            "warmup": [asdict(r) for r in self.warmup],
+        }
+        if with_records:
+            d["records"] = [asdict(r) for r in self.records]
+        return d
+
+
+def build_payload(req: Request, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
+    """The JSON body of `POST /generate` for `req`."""
+    payload: dict[str, Any] = {
+        "input_ids": req.input_ids,
+        "sampling_params": {
+            "max_new_tokens": max_new_tokens,
+            "ignore_eos": cfg.ignore_eos,
+            "temperature": cfg.temperature,
+        },
+        "stream": True,
+    }
+    if cfg.send_prefix_hint and req.shared_prefix_len > 0:
+        payload["shared_prefix_len"] = req.shared_prefix_len
+    return payload
+
+
+async def send_request(
+    session: aiohttp.ClientSession, url: str, req: Request, max_new_tokens: int, cfg: ClientConfig
+) -> RequestRecord:
+    """POST one streaming request and record its timeline; never raises (but on cancel)."""
+    rec = RequestRecord(id=req.id, prompt_len=len(req.input_ids), max_new_tokens=max_new_tokens)
+    payload = build_payload(req, max_new_tokens, cfg)
+    timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
+    rec.start = time.perf_counter()
+    try:
+        async with session.post(url, json=payload, timeout=timeout) as resp:
+            rec.status = resp.status
+            if resp.status != 200:
+                body = await resp.text()
+                rec.end = time.perf_counter()
+                rec.error = f"HTTP {resp.status}: {body[:300]}"
+                return rec
+            await _read_stream(resp, rec)
+    except Exception as e:  # noqa: BLE001 - every failure is data, not a crash
+        rec.end = time.perf_counter()
+        rec.success = False
+        rec.error = f"{type(e).__name__}: {e}"
+    return rec
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+    """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts."""
+    done = False
+    last_completion: int | None = None
+    content_chunks = 0
+    async for raw in resp.content:
+        now = time.perf_counter()
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue  # blank separators, SSE comments/other fields
+        rec.end = now
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            done = True
+            break
+        obj = json.loads(data)
+        if isinstance(obj, dict) and obj.get("error"):
+            rec.error = f"server error in stream: {str(obj['error'])[:300]}"
+            return
+        meta = obj.get("meta_info") or {}
+        has_content = bool(obj.get("text") or obj.get("output_ids"))
+        completion = meta.get("completion_tokens")
+        if completion is not None:
+            new = int(completion) - (last_completion or 0)
+            last_completion = int(completion)
+        else:
+            new = 1 if has_content else 0
+        content_chunks += 1 if has_content else 0
+        if new > 0:
+            rec.chunk_times.append(now - rec.start)
+            rec.chunk_tokens.append(new)
+        if meta.get("prompt_tokens") is not None:
+            rec.prompt_tokens = int(meta["prompt_tokens"])
+        if meta.get("cached_tokens") is not None:
+            rec.cached_tokens = int(meta["cached_tokens"])
+    if not done:
+        rec.error = "stream ended before [DONE]"
+        return
+    rec.output_tokens = last_completion if last_completion is not None else content_chunks
+    if rec.output_tokens < 1 or not rec.chunk_times:
+        rec.error = "no output tokens"
+        return
+    rec.success = True
+
+
+def _progress(total: int, cfg: ClientConfig):
+    from tqdm import tqdm
+
+    return tqdm(total=total, file=sys.stderr, disable=not (cfg.progress and sys.stderr.isatty()),
+                unit="req", dynamic_ncols=True)
+
+
+async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientConfig) -> BenchmarkResult:
+    """Offer `requests` to the server at `base_url` as `cfg` says; return metrics and records."""
+    base = base_url.rstrip("/")
+    url = base + "/generate"
+    connector = aiohttp.TCPConnector(limit=0)  # the semaphore is the only cap (default is 100)
+    async with aiohttp.ClientSession(connector=connector, read_bufsize=_READ_BUFSIZE) as session:
+        warmup: list[RequestRecord] = []
+        if cfg.warmup_requests and requests:
+            first = requests[0]
+            n = min(cfg.max_new_tokens or first.output_len, cfg.warmup_output_len)
+            warmup = list(await asyncio.gather(
+                *(send_request(session, url, first, n, cfg) for _ in range(cfg.warmup_requests))
+            ))
+            if not any(r.success for r in warmup):
+                print(f"[client] warning: every warm-up request failed: {warmup[0].error}", file=sys.stderr)
+
+        flush_status = None
+        if cfg.flush_cache:
+            flush_status = await _flush(session, base, cfg)
+
+        sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+        in_flight = 0
+        max_in_flight = 0
+        bar = _progress(len(requests), cfg)
+
+        async def one(req: Request, ready_at: float) -> RequestRecord:
+            nonlocal in_flight, max_in_flight
+            delay = ready_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if sem is not None:
+                await sem.acquire()
+            try:
+                in_flight += 1
+                max_in_flight = max(max_in_flight, in_flight)
+                rec = await send_request(session, url, req, cfg.max_new_tokens or req.output_len, cfg)
+            finally:
+                in_flight -= 1
+                if sem is not None:
+                    sem.release()
+            bar.update(1)
+            return rec
+
+        t0 = time.perf_counter()
+        try:
+            records = list(await asyncio.gather(
+                *(one(r, t0 + r.arrival_offset(cfg.rate)) for r in requests)
+            ))
+        finally:
+            bar.close()
+
+    return BenchmarkResult(
+        metrics=compute_metrics(records),
+        records=records,
+        warmup=warmup,
+        flush_status=flush_status,
+        max_in_flight=max_in_flight,
+        config=cfg,
+    )
+
+
+async def _flush(session: aiohttp.ClientSession, base: str, cfg: ClientConfig) -> int | None:
+    try:
+        async with session.post(base + "/flush_cache",
+                                timeout=aiohttp.ClientTimeout(total=cfg.request_timeout_s)) as resp:
+            await resp.read()
+            if resp.status != 200:
+                print(f"[client] warning: /flush_cache answered HTTP {resp.status}", file=sys.stderr)
+            return resp.status
+    except Exception as e:  # noqa: BLE001
+        print(f"[client] warning: /flush_cache failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return None
+
+
+# ----------------------------------------------------------------------------- CLI
+
+_SUMMARY = (
+    ("completed", "Successful requests", "d"),
+    ("failed", "Failed requests", "d"),
+    ("duration_s", "Benchmark duration (s)", ".2f"),
+    ("total_input_tokens", "Total input tokens", "d"),
+    ("total_output_tokens", "Total generated tokens", "d"),
+    ("request_throughput", "Request throughput (req/s)", ".2f"),
+    ("output_throughput", "Output token throughput (tok/s)", ".2f"),
+    ("total_throughput", "Total token throughput (tok/s)", ".2f"),
+    ("mean_ttft_ms", "Mean TTFT (ms)", ".2f"),
+    ("median_ttft_ms", "Median TTFT (ms)", ".2f"),
+    ("p99_ttft_ms", "P99 TTFT (ms)", ".2f"),
+    ("mean_tpot_ms", "Mean TPOT (ms)", ".2f"),
+    ("median_tpot_ms", "Median TPOT (ms)", ".2f"),
+    ("p99_tpot_ms", "P99 TPOT (ms)", ".2f"),
+    ("median_itl_ms", "Median ITL (ms)", ".2f"),
+    ("p99_itl_ms", "P99 ITL (ms)", ".2f"),
+    ("median_e2e_latency_ms", "Median E2E latency (ms)", ".2f"),
+)
+
+
+def format_summary(result: BenchmarkResult) -> str:
+    lines = [" Serving Benchmark Result ".center(50, "=")]
+    for key, label, fmt in _SUMMARY:
+        lines.append(f"{label + ':':<40} {format(result.metrics[key], fmt)}")
+    for err, n in result.errors().items():
+        lines.append(f"  failed x{n}: {err}")
+    lines.append("=" * 50)
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.client", description=__doc__.split("\n")[0])
+    ap.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    ap.add_argument("--workload", required=True, help="workload .jsonl (python -m harness.workloads)")
+    ap.add_argument("--rate", default="inf", help="requests/s (Poisson), or inf")
+    ap.add_argument("--max-concurrency", type=int, default=256, help="0 = no cap")
+    ap.add_argument("--num-requests", type=int, default=None, help="use only the first N requests")
+    ap.add_argument("--warmup-requests", type=int, default=1)
+    ap.add_argument("--warmup-output-len", type=int, default=32)
+    ap.add_argument("--flush-cache", action="store_true")
+    ap.add_argument("--send-prefix-hint", action="store_true")
+    ap.add_argument("--request-timeout", type=float, default=3600.0)
+    ap.add_argument("--max-new-tokens", type=int, default=None, help="override the workload's output_len")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--output", default=None, help="write the result JSON here")
+    ap.add_argument("--no-records", action="store_true", help="leave per-request records out of --output")
+    args = ap.parse_args(argv)
+
+    wl = read_workload(args.workload)
+    reqs = wl.requests[: args.num_requests] if args.num_requests else wl.requests
+    cfg = ClientConfig(
+        rate=float(args.rate),
+        max_concurrency=args.max_concurrency or None,
+        warmup_requests=args.warmup_requests,
+        warmup_output_len=args.warmup_output_len,
+        flush_cache=args.flush_cache,
+        send_prefix_hint=args.send_prefix_hint,
+        request_timeout_s=args.request_timeout,
+        max_new_tokens=args.max_new_tokens,
+        progress=not args.no_progress,
+    )
+    result = asyncio.run(run_benchmark(args.url, reqs, cfg))
+    print(format_summary(result))
+    if args.output:
+        out = result.to_dict(with_records=not args.no_records)
+        out["workload"] = {"path": str(args.workload), "header": wl.header, "num_requests": len(reqs)}
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(out, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
