@@ -1,0 +1,146 @@
+"""extend, merge_lse_ and store_kv against their references, and the composition the
+backends rely on: prefix pass + suffix decode merged by LSE equals one decode over the whole
+context (empty suffix included)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testutil import (
+    DEV,
+    DTYPES,
+    TOL,
+    check_lse,
+    gen,
+    i32,
+    make_cache,
+    poisoned,
+    randn,
+    rel_err,
+    scattered_table,
+)
+
+from granikv.kernels import (
+    DecodeConfig,
+    ExtendConfig,
+    PrefixClasses,
+    PrefixConfig,
+    decode_paged,
+    extend,
+    merge_lse_,
+    prefix_cascade,
+    store_kv,
+)
+from granikv.kernels.ref import decode_paged_ref, extend_ref, merge_ref, store_kv_ref
+
+SMALL_EXT = ExtendConfig(block_m=16, block_n=16, num_warps=4, num_stages=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_store_kv(dtype):
+    g = gen(0)
+    k_cache, v_cache = make_cache(50, 2, 64, dtype, g)
+    rk, rv = k_cache.clone(), v_cache.clone()
+    slots = torch.randperm(49, generator=g)[:13] + 1
+    k = randn(13, 2, 64, g=g, dtype=dtype)
+    v = randn(13, 2, 64, g=g, dtype=dtype)
+    store_kv(k_cache, v_cache, slots.to(DEV), k, v)
+    store_kv_ref(rk, rv, slots, k, v)
+    assert torch.equal(k_cache, rk) and torch.equal(v_cache, rv)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merge(dtype):
+    g = gen(1)
+    r, h, d = 5, 6, 64
+    oa, ob = randn(r, h, d, g=g, dtype=dtype), randn(r, h, d, g=g, dtype=dtype)
+    la, lb = randn(r, h, g=g) * 3, randn(r, h, g=g) * 3
+    la[0, :] = float("-inf")  # empty prefix side
+    lb[1, :] = float("-inf")  # empty suffix side
+    la[2, 0] = lb[2, 0] = float("-inf")  # both empty
+    ro, rl = merge_ref(oa.float(), la, ob.float(), lb)
+    oa2, la2 = oa.clone(), la.clone()
+    merge_lse_(oa2, la2, ob, lb)
+    ro[2, 0] = 0.0
+    oa2 = oa2.float()
+    oa2[2, 0] = torch.nan_to_num(oa2[2, 0])  # both-empty row: any finite value, lse -inf
+    assert rel_err(oa2, ro) < TOL[dtype]
+    check_lse(la2, rl, 1e-5)
+    assert torch.equal(oa2[1].to(dtype), oa[1])  # empty suffix returns the prefix side exactly
+
+
+def _extend_case(g_ratio, d, prefix, new, dtype, seed, cfg=SMALL_EXT):
+    g = gen(seed)
+    hkv = 2
+    hq = hkv * g_ratio
+    totals = [p + n for p, n in zip(prefix, new)]
+    num_slots = sum(totals) + 40
+    k_cache, v_cache = make_cache(num_slots, hkv, d, dtype, g)
+    table = scattered_table(totals, num_slots, g)
+    n = len(prefix)
+    rows = i32(list(range(n))[::-1])
+    table = table[list(range(n))[::-1] + [n]].contiguous()
+    indptr = [0]
+    for x in new:
+        indptr.append(indptr[-1] + x)
+    t = indptr[-1]
+    q = randn(t, hq, d, g=g, dtype=dtype)
+    out = poisoned((t, hq, d), dtype)
+    sm = d ** -0.5
+    o = extend(q, k_cache, v_cache, table, rows, i32(indptr), i32(prefix), sm, out=out, max_qo_len=max(new),
+               cfg=cfg)
+    ref = extend_ref(q.float(), k_cache.float(), v_cache.float(), table, rows, i32(indptr), i32(prefix), sm)
+    assert rel_err(o, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g_ratio", [1, 4, 5, 7, 8])
+def test_extend_gqa(g_ratio, dtype):
+    # no prefix, odd prefix, a prefix that is a multiple of the tile, a request with no new tokens
+    _extend_case(g_ratio, 64, [0, 19, 32, 5], [7, 3, 5, 0], dtype, seed=g_ratio)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_extend_single_request_default_config(d, dtype):
+    _extend_case(4, d, [37], [21], dtype, seed=d, cfg=ExtendConfig(block_m=32, block_n=32, num_warps=4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", ["slab", "pages"])
+def test_cascade_plus_suffix_equals_full_decode(form, dtype):
+    """The decomposition of every backend: prefix pass over the shared prefix, decode over each
+    request's own suffix (kv_start = prefix length, maybe empty), merged by LSE."""
+    g = gen(5)
+    hkv, g_ratio, d = 2, 4, 64
+    hq = hkv * g_ratio
+    lp, suffix = 45, [9, 0, 23]
+    bsz = len(suffix)
+    num_slots = 400
+    k_cache, v_cache = make_cache(num_slots, hkv, d, dtype, g)
+    # the prefix: a slab at [1, 1+lp); every row points at it, then at its own suffix slots
+    table = torch.zeros(bsz + 1, lp + max(suffix), dtype=torch.int32)
+    free = (torch.randperm(num_slots - 1 - lp, generator=g) + 1 + lp).to(torch.int32)
+    cur = 0
+    for b, s in enumerate(suffix):
+        table[b, :lp] = torch.arange(1, 1 + lp, dtype=torch.int32)
+        table[b, lp:lp + s] = free[cur:cur + s]
+        cur += s
+    table = table.to(DEV)
+    if form == "slab":
+        classes = PrefixClasses.from_lists([list(range(bsz))], [lp], DEV, slab_base=[1])
+    else:
+        classes = PrefixClasses.from_lists([list(range(bsz))], [lp], DEV, page_rows=[0], slot_table=table)
+    q = randn(bsz, hq, d, g=g, dtype=dtype)
+    sm = d ** -0.5
+    rows = i32(list(range(bsz)))
+    op, lp_ = prefix_cascade(q, k_cache, v_cache, classes, sm,
+                             cfg=PrefixConfig(block_m=16, block_n=16, min_split_len=16), max_splits=2)
+    os_, ls_ = decode_paged(q, k_cache, v_cache, table, rows, i32([lp] * bsz), i32(suffix), sm,
+                            cfg=DecodeConfig(block_n=16, min_split_len=16), max_splits=2)
+    merge_lse_(op, lp_, os_, ls_)
+    full = [lp + s for s in suffix]
+    ro, rl = decode_paged_ref(q.float(), k_cache.float(), v_cache.float(), table, rows, i32([0] * bsz),
+                              i32(full), sm)
+    assert rel_err(op, ro) < TOL[dtype]
+    check_lse(lp_, rl, TOL[dtype])

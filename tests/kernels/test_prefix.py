@@ -1,0 +1,107 @@
+"""prefix_cascade (slab and page-list forms) and prefix_dense (fused and cuBLAS forms) against
+the float32 reference: several classes of different sizes and prefix lengths in one call, a
+prefix length not a multiple of the tile, an empty prefix, requests in no class left untouched,
+GQA ratios and head dims, split-K on and off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from kernel_testutil import (
+    DEV,
+    DTYPES,
+    TOL,
+    check_lse,
+    gen,
+    make_cache,
+    poisoned,
+    randn,
+    rel_err,
+    scattered_table,
+)
+
+from granikv.kernels import PrefixClasses, PrefixConfig, prefix_cascade, prefix_dense
+from granikv.kernels.ref import prefix_attention_ref
+
+SMALL = PrefixConfig(block_m=16, block_n=16, num_warps=4, num_stages=2, min_split_len=32)
+
+
+def _classes(form, members, lens, hkv, d, dtype, g, page=16):
+    """Prefixes laid out as slabs (with gaps between them) or as scattered pages of rows."""
+    num_slots = sum(lens) + 64 + 16 * (len(lens) + 4) * 4
+    num_slots += 16 * (len(lens) + sum(lens) // 16 + 4)
+    k_cache, v_cache = make_cache(num_slots, hkv, d, dtype, g)
+    if form == "slab":
+        bases, cur = [], 3
+        for n in lens:
+            bases.append(cur)
+            cur += n + 5  # a hole between slabs
+        return k_cache, v_cache, PrefixClasses.from_lists(members, lens, DEV, slab_base=bases)
+    table = scattered_table(lens, num_slots, g, page=page)
+    rows = list(range(len(lens)))
+    return k_cache, v_cache, PrefixClasses.from_lists(members, lens, DEV, page_rows=rows, slot_table=table)
+
+
+def _check(op, form, g_ratio, d, members, lens, bsz, dtype, seed, **kw):
+    g = gen(seed)
+    hkv = 2
+    hq = hkv * g_ratio
+    k_cache, v_cache, classes = _classes(form, members, lens, hkv, d, dtype, g)
+    q = randn(bsz, hq, d, g=g, dtype=dtype)
+    sm = d ** -0.5
+    out = poisoned((bsz, hq, d), dtype)
+    lse = poisoned((bsz, hq), torch.float32)
+    o, l = op(q, k_cache, v_cache, classes, sm, out=out, lse=lse, **kw)
+    ro, rl, touched = prefix_attention_ref(q.float(), k_cache.float(), v_cache.float(), classes, sm)
+    t = touched.to(DEV)
+    assert rel_err(o[t], ro[touched]) < TOL[dtype]
+    check_lse(l[t], rl[touched], TOL[dtype])
+    # requests in no class keep their (poisoned) rows
+    assert torch.isnan(o[~t].float()).all() and torch.isnan(l[~t]).all()
+
+
+MEMBERS = [[0, 3, 5], [1], [6, 2, 7, 8]]  # request 4 is in no class
+LENS = [37, 70, 21]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("form", ["slab", "pages"])
+@pytest.mark.parametrize("g_ratio", [1, 4, 5, 7, 8])
+def test_cascade_classes(g_ratio, form, dtype):
+    _check(prefix_cascade, form, g_ratio, 64, MEMBERS, LENS, 9, dtype, seed=g_ratio, cfg=SMALL, max_splits=3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_cascade_direct_and_empty_prefix(d, dtype):
+    _check(prefix_cascade, "slab", 4, d, [[2], [0, 1]], [0, 45], 3, dtype, seed=d, cfg=SMALL, max_splits=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cascade_single_request_default_config(dtype):
+    _check(prefix_cascade, "pages", 5, 128, [[0]], [150], 1, dtype, seed=7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("g_ratio", [4, 7])
+def test_dense_fused(g_ratio, dtype):
+    _check(prefix_dense, "slab", g_ratio, 64, MEMBERS, LENS, 9, dtype, seed=20 + g_ratio, impl="fused",
+           cfg=PrefixConfig(block_m=32, block_n=16, min_split_len=32), max_splits=2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dense_fused_default_config(dtype):
+    _check(prefix_dense, "slab", 8, 128, [[1, 0], [2]], [131, 64], 3, dtype, seed=30, impl="fused")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_dense_cublas(d, dtype):
+    _check(prefix_dense, "slab", 5, d, MEMBERS, LENS, 9, dtype, seed=40 + d, impl="cublas")
+
+
+def test_dense_rejects_pages():
+    g = gen(1)
+    k_cache, v_cache, classes = _classes("pages", [[0]], [20], 1, 64, torch.float32, g)
+    with pytest.raises(ValueError):
+        prefix_dense(randn(1, 4, 64, g=g), k_cache, v_cache, classes, 0.1)
