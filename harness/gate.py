@@ -260,9 +260,10 @@ class GateReport:
         for c in sorted(self.checks, key=lambda c: (order[c.status], c.mode, key_text(c.key))):
             cur = "—" if c.current is None else f"{c.current:.4g}"
             change = "" if c.current is None else f"{100 * (c.current / c.baseline - 1):+.1f}%"
-            lines.append(f"{c.status:<10} {c.mode:<8} {c.label:<14} {c.baseline:>10.4g} {cur:>10} {change:>8} "
-                         f"{c.threshold:>10.4g}  {key_text(c.key)}")
-        summary = ", ".join(f"{self.count(s)} {s.lower()}" for s in ("REGRESSION", "missing", "improved", "ok"))
+            lines.append(f"{c.status:<10} {c.mode:<8} {c.label:<14} {c.baseline:>10.4g} {cur:>10} "
+                         f"{change:>8} {c.threshold:>10.4g}  {key_text(c.key)}")
+        statuses = ("REGRESSION", "missing", "improved", "ok")
+        summary = ", ".join(f"{self.count(s)} {s.lower()}" for s in statuses)
         return "\n".join([*lines, "", f"gate: {len(self.checks)} checks: {summary}", *self.notes]) + "\n"
 
 
@@ -313,7 +314,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sweep", action="append", help="only these sweeps (repeatable)")
     p.add_argument("--hardware", help="hardware key of the results (default: the results directory name)")
     p.add_argument("--allow-missing", action="store_true", help="baseline cells absent from the results pass")
-    p.add_argument("--write-baseline", action="store_true", help="write the baseline from the results instead")
+    p.add_argument("--write-baseline", action="store_true",
+                   help="write the baseline from the results instead")
     p.add_argument("--force", action="store_true", help="with --write-baseline: overwrite an existing file")
     p.add_argument("--key", nargs="+", default=list(DEFAULT_KEY_FIELDS),
                    help="cell key fields for --write-baseline (config keys, plus 'sweep')")

@@ -173,7 +173,8 @@ def where(frame: pd.DataFrame, **conds: Any) -> pd.DataFrame:
     return frame[mask]
 
 
-def select(results: ResultSet, sweeps: Sequence[str], require: Sequence[str] = (), **conds: Any) -> pd.DataFrame:
+def select(results: ResultSet, sweeps: Sequence[str], require: Sequence[str] = (),
+           **conds: Any) -> pd.DataFrame:
     """Cells of the first sweep (in order) with a cell matching `conds` of every `require`d system."""
     for sweep in sweeps:
         sub = where(results.cells, sweep=sweep, **conds)
