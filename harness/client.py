@@ -139,6 +139,10 @@ async def send_request(
                 rec.error = f"HTTP {resp.status}: {body[:300]}"
                 return rec
             await _read_stream(resp, rec)
+    except TimeoutError:
+        rec.end = time.perf_counter()
+        rec.success = False
+        rec.error = f"TimeoutError: no complete answer within {cfg.request_timeout_s} s"
     except Exception as e:  # noqa: BLE001 - every failure is data, not a crash
         rec.end = time.perf_counter()
         rec.success = False

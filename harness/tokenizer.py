@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-_WORD = re.compile(r"^ [a-z]{3,12}$")
+# Byte-level BPE (Llama-3, Qwen-2.5, cl100k) decodes a word token with its leading space;
+# sentencepiece tokenizers drop it when a token is decoded alone, hence the optional space.
+_WORD = re.compile(r"^ ?[a-z]{3,12}$")
 _WORD_BYTES = re.compile(rb"^ [a-z]{3,12}$")
 
 
@@ -34,7 +36,7 @@ class Tokenizer(Protocol):
         ...
 
     def word_ids(self) -> list[int]:
-        """Sorted ids of tokens that decode to ' <lowercase word>'."""
+        """Sorted ids of non-special tokens that decode to one lowercase word."""
         ...
 
 
@@ -89,7 +91,10 @@ class HFTokenizer:
     def word_ids(self) -> list[int]:
         special = set(self._tok.all_special_ids)
         texts = self._tok.batch_decode([[i] for i in range(self.n_vocab)])
-        return [i for i, t in enumerate(texts) if i not in special and _WORD.match(t)]
+        words = [i for i, t in enumerate(texts) if i not in special and _WORD.match(t)]
+        if len(words) < 256:  # an unusual vocabulary: any non-special token will do
+            words = [i for i in range(self.n_vocab) if i not in special]
+        return words
 
 
 def load_tokenizer(tokenizer_path: str | None) -> Tokenizer:

