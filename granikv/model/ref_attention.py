@@ -32,9 +32,9 @@ class RefAttention:
             raise ValueError("every segment needs at least one token")
         self._segments = list(segments)
 
-    def seq_len(self, seq_id: Hashable) -> int:
-        """Tokens of `seq_id` cached so far (0 if unknown)."""
-        k = self._k[0].get(seq_id)
+    def seq_len(self, seq_id: Hashable, layer_id: int = 0) -> int:
+        """Tokens of `seq_id` cached so far in `layer_id` (0 if unknown)."""
+        k = self._k[layer_id].get(seq_id)
         return 0 if k is None else k.shape[0]
 
     def free(self, seq_id: Hashable) -> None:
