@@ -6,9 +6,10 @@ place. The model's own tokenizer is used when a local copy exists (a directory t
 `bpe-openai` package, which is the base vocabulary of Llama-3's tokenizer, so user-turn
 lengths come out close to the real model's.
 
-Besides `encode`, a tokenizer offers `word_ids()`: the ids that decode to one plain lowercase
-word with a leading space. Synthetic system prompts and suffixes draw from this pool, so they
-never contain special/control tokens and decode to harmless text.
+Besides `encode`, a tokenizer offers `word_ids()`: the ids of non-special tokens that decode
+to one plain lowercase word (with its leading space, for byte-level BPE). Synthetic system
+prompts and suffixes draw from this pool, so they never contain special/control tokens and
+decode to harmless text.
 """
 
 from __future__ import annotations

@@ -119,6 +119,21 @@ def test_metrics_on_hand_made_records():
     assert empty["completed"] == 0 and empty["output_throughput"] == 0.0 and empty["mean_ttft_ms"] == 0.0
 
 
+REQUIRED = {
+    "output_throughput", "request_throughput", "total_throughput", "mean_ttft_ms", "median_ttft_ms",
+    "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_itl_ms",
+    "median_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "median_e2e_latency_ms", "completed", "failed",
+    "duration_s", "total_input_tokens", "total_output_tokens",
+}
+
+
+def test_metric_names_are_the_result_contract():
+    r = RequestRecord(id="a", prompt_len=1, max_new_tokens=2, success=True, start=0.0, end=0.3,
+                      chunk_times=[0.1, 0.2], chunk_tokens=[1, 1], output_tokens=2)
+    assert REQUIRED <= set(compute_metrics([r]))
+    assert REQUIRED <= set(compute_metrics([]))
+
+
 def test_single_token_outputs_have_no_tpot():
     r = RequestRecord(id="a", prompt_len=1, max_new_tokens=1, success=True, start=0.0, end=0.3,
                       chunk_times=[0.2], chunk_tokens=[1], output_tokens=1)
