@@ -87,7 +87,7 @@ def _parse_table(key: str, raw: Mapping[str, Any]) -> PaperTable:
 def load_paper_tables(path: Path | str = PAPER_TABLES_PATH) -> dict[str, PaperTable]:
     """Parse the YAML into `{key: PaperTable}`; raises ValueError on a malformed entry."""
     with open(path, encoding="utf-8") as f:
-        raw = yaml.safe_load(f)
+        raw = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a mapping of tables")
     return {key: _parse_table(key, entry) for key, entry in raw.items()}

@@ -16,6 +16,7 @@ cells. Everything else in a file is carried through untouched as flattened colum
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
@@ -175,6 +176,16 @@ class ResultSet:
     hardware: str
     cells: pd.DataFrame
     microbench: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+
+    @functools.cached_property
+    def _by_sweep(self) -> dict[str, pd.DataFrame]:
+        if not len(self.cells):
+            return {}
+        return {str(s): g for s, g in self.cells.groupby("sweep", sort=False)}
+
+    def sweep_cells(self, sweep: str) -> pd.DataFrame:
+        """The cells of one sweep (split once: tables look sweeps up hundreds of times)."""
+        return self._by_sweep.get(sweep, self.cells.iloc[0:0])
 
     @property
     def gpu(self) -> str | None:

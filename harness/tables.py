@@ -166,10 +166,14 @@ def _match(frame: pd.DataFrame, key: str, value: Any) -> pd.Series:
 
 
 def where(frame: pd.DataFrame, **conds: Any) -> pd.DataFrame:
-    """Rows of `frame` matching every condition (config keys, or `sweep`/`system`/dotted columns)."""
-    mask = pd.Series(True, index=frame.index)
+    """Rows of `frame` matching every condition (config keys, or `sweep`/`system`/dotted columns).
+
+    One boolean mask, one row take: a table makes hundreds of these lookups."""
+    mask = np.ones(len(frame), dtype=bool)
     for k, v in conds.items():
-        mask &= _match(frame, k, v)
+        if not mask.any():
+            break
+        mask &= _match(frame, k, v).to_numpy(dtype=bool)
     return frame[mask]
 
 
@@ -177,7 +181,7 @@ def select(results: ResultSet, sweeps: Sequence[str], require: Sequence[str] = (
            **conds: Any) -> pd.DataFrame:
     """Cells of the first sweep (in order) with a cell matching `conds` of every `require`d system."""
     for sweep in sweeps:
-        sub = where(results.cells, sweep=sweep, **conds)
+        sub = where(results.sweep_cells(sweep), **conds)
         if len(sub) and all((sub["variant"] == system).any() for system in require):
             return sub
     return results.cells.iloc[0:0]

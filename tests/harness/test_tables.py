@@ -1,0 +1,312 @@
+"""Tables 3-24 and the plots, built from the FAKE fixture result set (tests/harness/fixtures).
+
+The fixture numbers are round values written by fixtures/make_fixtures.py; the expected values
+below are computed from those inputs, so these tests check the mapping from result cells to the
+paper's rows and columns, the ratios, and that missing cells are flagged and never filled.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness import plots, tables
+from harness.paper import load_paper_tables, paper_table
+from harness.results import ResultFileError, load_cells, load_microbench, load_results, validate_cell
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results" / "fixture-hw"
+
+
+@pytest.fixture(scope="module")
+def results():
+    return load_results(FIXTURE)
+
+
+def _row(t: tables.ComparedTable, *keys):
+    for r in t.rows:
+        if r.keys == tuple(keys):
+            return {c.name: cell for c, cell in zip(t.value_columns, r.cells)}
+    raise AssertionError(f"no row {keys} in table {t.number}")
+
+
+# --------------------------------------------------------------------------- paper data
+
+
+def test_paper_data_holds_every_table():
+    data = load_paper_tables()
+    for n in range(1, 25):
+        t = data[f"table{n}"]
+        assert t.rows and t.columns and t.caption
+        assert t.number == n
+    assert len(paper_table(3).rows) == 9
+    assert paper_table(3).find_rows(config="Llama-3.1-8B / TP=1", Lp=16384)[0]["x_SGL"] == 2.16
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@pytest.mark.parametrize("number", tables.TABLE_NUMBERS)
+def test_every_table_renders_in_three_formats_with_paper_layout(results, number):
+    t = tables.build_table(number, results)
+    paper = paper_table(number)
+    assert len(t.rows) == len(paper.rows)
+    assert len(t.key_columns) + len(t.value_columns) == len(paper.columns)
+
+    md = tables.render_markdown(t)
+    table_lines = [line for line in md.splitlines() if line.startswith("|")]
+    assert len(table_lines) == 2 + len(paper.rows)
+    assert md.startswith(f"# Table {number}:")
+
+    tex = tables.render_latex(t)
+    assert r"\begin{tabular}" in tex and r"\end{tabular}" in tex
+    assert tex.count(r" \\") == 2 + len(paper.rows)
+
+    rows = list(csv.reader(io.StringIO(tables.render_csv(t))))
+    assert len(rows) == 1 + len(paper.rows)
+    assert len(rows[0]) == len(t.key_columns) + 3 * len(t.value_columns)
+    assert all(len(r) == len(rows[0]) for r in rows)
+    # the paper's values go through untouched
+    header = rows[0]
+    for prow, out in zip(paper.rows, rows[1:]):
+        for col in t.value_columns:
+            v = prow.get(col.name)
+            printed = out[header.index(f"{col.name}.paper")]
+            if isinstance(v, bool):
+                assert printed == ("true" if v else "false")
+            elif isinstance(v, int | float):
+                assert float(printed) == pytest.approx(v)
+            elif v is None:
+                assert printed == "n/a"
+            else:
+                assert printed == str(v)
+
+
+def test_missing_cells_are_flagged_never_filled(results):
+    t14 = tables.build_table(14, results)  # no fixture cell feeds Table 14
+    assert t14.filled == 0
+    assert t14.missing == len(t14.rows) * len(t14.value_columns)
+    md = tables.render_markdown(t14)
+    body = [line for line in md.splitlines() if line.startswith("| Prefix attention")][0]
+    assert body.count("—") == 2 * len(t14.value_columns)  # ours and ours/paper
+    rows = list(csv.DictReader(io.StringIO(tables.render_csv(t14))))
+    assert all(r["SGL_ms.ours"] == "n/a" and r["SGL_ms.ratio"] == "n/a" for r in rows)
+
+    t3 = tables.build_table(3, results)
+    cells = _row(t3, "Llama-3.1-8B / TP=1", 4096)
+    assert all(c.ours is None and c.missing for c in cells.values())
+
+
+def test_table3_means_over_reps_and_ratios(results):
+    t = tables.build_table(3, results)
+    r = _row(t, "Llama-3.1-8B / TP=1", 8192)
+    assert r["SGL_tok_s"].ours == 1000.0
+    assert r["SGL-C_tok_s"].ours == 1600.0
+    assert r["GKV_tok_s"].ours == 2000.0  # mean of reps 1900 and 2100
+    assert r["x_SGL"].ours == pytest.approx(2.0)
+    assert r["x_SGL-C"].ours == pytest.approx(1.25)
+    assert r["x_SGL"].ratio == pytest.approx(2.0 / 1.71)
+    assert r["GKV_tok_s"].ratio == pytest.approx(2000 / 3801)
+    # a row absent from sweep table3 comes from the ShareGPT grid sweep (table9), whole
+    r16 = _row(t, "Llama-3.1-8B / TP=1", 16384)
+    assert r16["x_SGL"].ours == pytest.approx(2.0) and r16["x_SGL-C"].ours == pytest.approx(1000 / 900)
+
+
+def test_grid_tables_tpot_ttft_units(results):
+    r = _row(tables.build_table(6, results), 8192, 256)
+    assert r["GKV_TPOT_ms"].ours == pytest.approx(1000 * 256 / 1500, abs=1e-3)
+    assert r["GKV_TTFT_s"].ours == pytest.approx(2.0)  # 2000 ms in the file
+    partial = _row(tables.build_table(6, results), 8192, 8)
+    assert partial["GKV_tok_s"].ours == 400.0 and partial["SGL_tok_s"].missing and partial["x_SGL"].missing
+
+
+def test_table4_and_21_heterogeneous(results):
+    t4 = tables.build_table(4, results)
+    assert _row(t4, "GraniKV")["x_SGL_k4"].ours == pytest.approx(1.95)
+    assert _row(t4, "SGLang-Cascade")["x_SGL_k4"].ours == pytest.approx(0.99)
+    assert _row(t4, "GraniKV")["x_SGL_k8"].missing
+    t21 = tables.build_table(21, results)
+    g = _row(t21, "k=4: Lp ∈ {2K,4K,8K,16K} (30.7K slab tokens)", 4, "GraniKV")
+    assert g["slab_tokens_K"].ours == pytest.approx(30.72)
+    assert g["x_default"].ours == pytest.approx(1.95)
+    assert g["TPOT_p99_ms"].ours == pytest.approx(1.5 * 1000 * 256 / 1950, abs=1e-3)
+
+
+def test_table5_kernel_microbench(results):
+    t = tables.build_table(5, results)
+    assert _row(t, "shared (HOT)")["wall_us"].ours == 100.0
+    assert _row(t, "shared (HOT)")["speedup_x"].ours == pytest.approx(10.0)
+    assert _row(t, "unique (paged)")["speedup_x"].ours == pytest.approx(1.0)
+    assert tables.kernel_speedup(results) == pytest.approx(10.0)
+
+
+def test_table12_peak_b_only_when_complete(results):
+    t = tables.build_table(12, results)
+    llama = _row(t, "Llama-8B/TP=1")
+    assert llama["B256_tok_s"].ours == 1000.0  # from sweep table9
+    assert llama["peak_B"].ours == 512 and llama["peak_B"].ratio is None
+    assert _row(t, "Qwen-14B/TP=2")["peak_B"].missing
+
+
+def test_table13_profile_columns_by_variant(results):
+    r = _row(tables.build_table(13, results), "Prefix attention")
+    assert (r["SGL_ms"].ours, r["SGL-C_ms"].ours, r["SGL-C/GKV_ms"].ours, r["GKV_ms"].ours) == (
+        1000.0, 300.0, 310.0, 250.0)
+
+
+def test_table15_dispatch_fraction_and_majority(results):
+    r = _row(tables.build_table(15, results), 8192)
+    assert r["B8_pct"].ours == 0.0 and r["B256_pct"].ours == pytest.approx(99.0)
+    assert r["B8_pct"].ratio is None  # paper 0 %: no ratio
+    assert r["majority"].ours == "mixed" and r["majority"].ratio is None
+    assert tables.majority([0.0, 0.0, 5.0, 98.0]) == "cascade"
+    assert tables.majority([90.0, 100.0]) == "dense"
+    assert tables.majority([None]) is None
+
+
+def test_table16_18_19_20(results):
+    r16 = _row(tables.build_table(16, results), 256, 1024)
+    assert r16["x_GKV_over_SGL-C"].ours == pytest.approx(1250 / 1500, rel=1e-4)  # TPOTs rounded in the file
+    r18 = _row(tables.build_table(18, results), "Llama-8B / TP=1")
+    assert r18["max_abs_delta_pct"].ours == pytest.approx(100 * 4 / 998)
+    assert _row(tables.build_table(18, results), "Qwen-32B / TP=4")["PS1_tok_s"].missing
+    t19 = tables.build_table(19, results)
+    r19 = _row(t19, "Llama-8B / TP=1", 8, "none")
+    assert r19["x_SGL"].ours == pytest.approx(1.5)
+    assert not r19["regime"].applicable and not r19["regime"].missing
+    t20 = tables.build_table(20, results)
+    assert _row(t20, "ratio", "GraniKV / SGL-C", 4)["ratio"].ours == pytest.approx(1.4)
+    assert _row(t20, "throughput", "GraniKV", 1)["output_tok_s"].ours == 1800.0
+    assert _row(t20, "throughput", "GraniKV", 64)["output_tok_s"].missing
+
+
+def test_table17_and_23_microbench_derivations(results):
+    t17 = tables.build_table(17, results)
+    assert _row(t17, "Wrapper % of step", "<", "%")["value"].ours == pytest.approx(0.2)
+    assert _row(t17, "Dense-backend launches in 15 s", "=", "launches")["value"].ours == 80
+    t23 = tables.build_table(23, results)
+    assert _row(t23, "Arithmetic intensity", "F/B", "F/B")["shared_HOT"].ours == pytest.approx(860.0)
+    assert _row(t23, "DRAM bytes read / launch", "MB", "GB")["shared_HOT"].ours == pytest.approx(40.0)
+    assert _row(t23, "DRAM bytes read / launch", "MB", "GB")["unique_paged"].ours == pytest.approx(8.0)
+    assert _row(t23, "vs. byte model", "% (excess over byte model)",
+                "% (excess over byte model)")["shared_HOT"].ours == pytest.approx(25.0)
+    assert _row(t23, "Useful throughput", "TF/s", "TF/s")["unique_paged"].ours == pytest.approx(4.3)
+
+
+def test_amdahl_reproduces_the_papers_table22():
+    for row in paper_table(22).rows:
+        a, b, g = row["alpha_pct"] / 100, row["beta_pct"] / 100, row["gamma_pct"] / 100
+        s_plain, s_full = tables.amdahl(a, b, g, 15.6)
+        assert s_plain == pytest.approx(row["S_s15.6_x"], abs=0.01)
+        assert s_full == pytest.approx(row["S_plus_beta_gamma_x"], abs=0.01)
+        assert tables.effective_speedup(a, row["measured_x"]) == pytest.approx(row["s_eff_x"], abs=0.1)
+    assert tables.effective_speedup(0.5, 10.0) is None  # no finite kernel speedup explains it
+
+
+def test_table22_from_profile_and_kernel_speedup(results):
+    r = _row(tables.build_table(22, results), "Llama-8B/TP=1")
+    assert r["alpha_pct"].ours == pytest.approx(60.0) and r["gamma_pct"].ours == pytest.approx(5.0)
+    a_kernel = 0.6 / 0.95
+    assert r["S_s15.6_x"].ours == pytest.approx(1 / ((1 - a_kernel) + a_kernel / 10))
+    assert r["measured_x"].ours == pytest.approx(2.0)  # GKV/SGL from sweep table9
+    assert r["s_eff_x"].ours == pytest.approx(6.0)
+
+
+def test_table24_fp_sweep(results):
+    t = tables.build_table(24, results)
+    r = _row(t, "GraniKV", 0.05)
+    assert r["dagger"].ours is True and r["dagger"].ratio is None
+    assert r["x_Cascade"].ours == pytest.approx(1.1)
+    assert _row(t, "GraniKV", 0.2)["dagger"].ours is False
+    assert _row(t, "Cascade", None)["x_Cascade"].ours == pytest.approx(1.0)
+    assert _row(t, "GraniKV", 0.8)["tok_s"].missing
+
+
+def test_cli_writes_every_table_and_an_index(tmp_path):
+    out = tmp_path / "tables" / "fixture-hw"
+    assert tables.main(["--results", str(FIXTURE), "--out", str(out)]) == 0
+    for n in tables.TABLE_NUMBERS:
+        for ext in ("md", "tex", "csv"):
+            assert (out / f"table{n}.{ext}").stat().st_size > 0
+    index = (out / "README.md").read_text()
+    assert all(f"(table{n}.md)" in index for n in tables.TABLE_NUMBERS)
+    assert tables.main(["--results", str(FIXTURE), "--out", str(tmp_path / "one"), "--table", "3"]) == 0
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == [
+        "README.md", "table3.csv", "table3.md", "table3.tex"]
+    assert tables.main(["--results", str(tmp_path / "absent"), "--out", str(tmp_path / "x")]) == 2
+
+
+# --------------------------------------------------------------------------- result files
+
+
+def _good_doc():
+    return json.loads(next((FIXTURE / "table3").glob("*.json")).read_text())
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d.pop("engine"), "missing section 'engine'"),
+    (lambda d: d["config"].pop("lp"), "config lacks required key(s) ['lp']"),
+    (lambda d: d["metrics"].update(output_throughput="fast"), "metrics.output_throughput must be a number"),
+    (lambda d: d.update(profile=[1, 2]), "'profile' must be an object"),
+])
+def test_validation_names_file_and_key(tmp_path, mutate, message):
+    doc = _good_doc()
+    mutate(doc)
+    path = tmp_path / "hw" / "table3" / "bad.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ResultFileError) as e:
+        load_cells(tmp_path / "hw")
+    assert message in str(e.value) and "bad.json" in str(e.value)
+
+
+def test_loader_flattens_and_handles_absent_things(tmp_path):
+    validate_cell(_good_doc())
+    cells = load_cells(FIXTURE, sweeps=["table13"])
+    assert {"config.system", "metrics.output_throughput", "engine.decode_steps", "env.gpu",
+            "profile.prefix_attention_ms", "variant", "sweep"} <= set(cells.columns)
+    assert set(cells["variant"]) == {"paged", "cascade", "granikv", "granikv_cascade"}
+    assert load_microbench(FIXTURE, "absent") is None
+    (tmp_path / "hw").mkdir()
+    assert len(load_cells(tmp_path / "hw")) == 0
+    (tmp_path / "hw" / "s").mkdir()
+    (tmp_path / "hw" / "s" / "x.json").write_text("{not json")
+    with pytest.raises(ResultFileError, match="not valid JSON"):
+        load_cells(tmp_path / "hw")
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_plot_renders_a_png(results, tmp_path):
+    ceilings = plots.Ceilings(peak_tflops=989.0, hbm_tbps=4.8, source="test")
+    out = plots.write_plots(results, tmp_path, ceilings)
+    assert set(out) == {"roofline", "lp_ladder", "k_sweep", "fp_sweep", "dispatch_heatmap"}
+    for r in out.values():
+        assert r.has_data and _is_png(r.path)
+
+
+def test_plots_without_data_say_so_and_do_not_crash(tmp_path):
+    (tmp_path / "empty-hw").mkdir()
+    assert plots.main(["--results", str(tmp_path / "empty-hw"), "--out", str(tmp_path / "p")]) == 0
+    pngs = sorted((tmp_path / "p").glob("*.png"))
+    assert len(pngs) == 5 and all(_is_png(p) for p in pngs)
+    out = plots.write_plots(load_results(tmp_path / "empty-hw"), tmp_path / "q", plots.Ceilings())
+    assert not any(r.has_data for r in out.values())
+
+
+def test_roofline_ceilings_from_hardware_conf(tmp_path):
+    (tmp_path / "h200.yaml").write_text("peak_bf16_tflops: 779\nhbm_read_tbps: 4.25\n")
+    c = plots.load_ceilings("h200", tmp_path, peak_tflops=1.0, hbm_tbps=1.0)
+    assert (c.peak_tflops, c.hbm_tbps) == (779.0, 4.25)
+    c = plots.load_ceilings("a100", tmp_path, peak_tflops=312.0, hbm_tbps=None)
+    assert c.peak_tflops == 312.0 and c.hbm_tbps is None and c.source == "arguments"
+    assert math.isclose(plots.load_ceilings("none", tmp_path).peak_tflops or 0.0, 0.0)
