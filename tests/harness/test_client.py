@@ -271,7 +271,8 @@ def test_poisson_send_times_follow_the_workload(server):
 
 def test_cli_end_to_end(server, tmp_path, capsys):
     server.timings = FakeTimings(first_token_delay=0.01, inter_token_delay=0.005)
-    cfg = wl.WorkloadConfig.for_kind("burst", lp=8, num_requests=4, suffix_len=4, output_len=3, vocab_size=1024)
+    cfg = wl.WorkloadConfig.for_kind("burst", lp=8, num_requests=4, suffix_len=4, output_len=3,
+                                     vocab_size=1024)
     path = wl.write(cfg, tmp_path / wl.workload_filename(cfg))
     out = tmp_path / "res.json"
     rc = cl.main(["--url", server.base_url, "--workload", str(path), "--rate", "inf",

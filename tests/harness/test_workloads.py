@@ -112,7 +112,8 @@ def test_sharegpt_filter_on_controlled_dataset(fake_dataset, cl100k):
 
 def test_sharegpt_bounds_are_inclusive_and_configurable(fake_dataset):
     path, eligible = fake_dataset
-    reqs = wl.generate(_cfg("sharegpt", path, lp=0, num_requests=20, min_turn_tokens=100, max_turn_tokens=200))
+    reqs = wl.generate(_cfg("sharegpt", path, lp=0, num_requests=20, min_turn_tokens=100,
+                            max_turn_tokens=200))
     assert {len(r.input_ids) for r in reqs} <= set(range(100, 201))
     exact = [n for n in eligible.values() if n == 38]
     if exact:
@@ -339,7 +340,8 @@ def test_cli_writes_the_derived_name(tmp_path, fake_dataset):
     rc = wl.main(["--kind", "multiprefix", "--k", "4", "--lp", "32", "--num-requests", "12",
                   "--vocab-size", "1024", "--dataset-path", path, "--out-dir", str(tmp_path)])
     assert rc == 0
-    cfg = WorkloadConfig.for_kind("multiprefix", k=4, lp=32, num_requests=12, vocab_size=1024, dataset_path=path)
+    cfg = WorkloadConfig.for_kind("multiprefix", k=4, lp=32, num_requests=12, vocab_size=1024,
+                                  dataset_path=path)
     out = tmp_path / wl.workload_filename(cfg)
     assert out.exists()
     assert out.read_bytes() == wl.write(cfg, tmp_path / "direct.jsonl").read_bytes()
