@@ -88,8 +88,11 @@ def validate_cell(doc: Any, path: Path | str = "<memory>") -> None:
 def variant_of(config: Mapping[str, Any]) -> str:
     """The system a cell measures, telling forced-cascade GraniKV runs apart from GraniKV."""
     system = str(config["system"])
-    m_sat = config.get("m_sat")
-    if system == "granikv" and _is_number(m_sat) and m_sat >= CASCADE_ONLY_M_SAT:
+    try:
+        m_sat = float(config.get("m_sat"))  # a number, "inf" or None
+    except (TypeError, ValueError):
+        m_sat = float("nan")
+    if system == "granikv" and m_sat >= CASCADE_ONLY_M_SAT:
         return "granikv_cascade"
     return system
 

@@ -17,7 +17,14 @@ import pytest
 
 from harness import plots, tables
 from harness.paper import load_paper_tables, paper_table
-from harness.results import ResultFileError, load_cells, load_microbench, load_results, validate_cell
+from harness.results import (
+    ResultFileError,
+    load_cells,
+    load_microbench,
+    load_results,
+    validate_cell,
+    variant_of,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results" / "fixture-hw"
 
@@ -262,6 +269,15 @@ def test_validation_names_file_and_key(tmp_path, mutate, message):
     with pytest.raises(ResultFileError) as e:
         load_cells(tmp_path / "hw")
     assert message in str(e.value) and "bad.json" in str(e.value)
+
+
+@pytest.mark.parametrize("system, m_sat, variant", [
+    ("granikv", None, "granikv"), ("granikv", 1024, "granikv"), ("granikv", 2**30, "granikv_cascade"),
+    ("granikv", "inf", "granikv_cascade"), ("granikv", float("inf"), "granikv_cascade"),
+    ("cascade", 2**31, "cascade"), ("sglang", None, "sglang"),
+])
+def test_variant_tells_forced_cascade_granikv_apart(system, m_sat, variant):
+    assert variant_of({"system": system, "m_sat": m_sat}) == variant
 
 
 def test_loader_flattens_and_handles_absent_things(tmp_path):
