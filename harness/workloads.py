@@ -26,8 +26,9 @@ File format (JSON Lines, compact separators, fixed key order):
   "output_len", "arrival": {"process", "t_unit"}, "source"}`.
 
 `input_ids` is the whole prompt (prefix then suffix). `arrival.t_unit` is the send time of a
-Poisson process of rate 1 (cumulative Exp(1) gaps, first request at 0; all 0 for a burst); the
-client sends request i at `t_unit / rate` seconds, so one file serves every rate of a sweep.
+Poisson process of rate 1 (cumulative Exp(1) gaps in whole microseconds, first request at 0;
+all 0 for a burst); the client sends request i at `t_unit / rate` seconds, so one file serves
+every rate of a sweep.
 
 Token ids: text is tokenized with the model's tokenizer when `tokenizer_path` is a local
 directory, else with cl100k_base (`harness/tokenizer.py`). When `vocab_size` is set (the tiny
@@ -367,15 +368,21 @@ def user_turns(
 
 
 def unit_arrivals(n: int, process: str, seed: int) -> list[float]:
-    """Send times of a rate-1 process: Poisson (first at 0, Exp(1) gaps) or burst (all 0)."""
+    """Send times of a rate-1 process: Poisson (first at 0, Exp(1) gaps) or burst (all 0).
+
+    Each gap is quantized to a whole microsecond (of unit time) before the running sum, which
+    is then exact integer arithmetic: a last-ulp difference of log() between math libraries
+    could only change a gap that sits on a rounding boundary (odds ~1e-10 per gap), never
+    drift through the sum.
+    """
     if process == "burst":
         return [0.0] * n
     raw = _raw(seed, _STREAM_ARRIVAL, 0, max(n - 1, 0))
-    u = ((raw >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53  # in (0, 1)
-    gaps = -np.log(u)
-    t = np.concatenate([[0.0], np.cumsum(gaps)])
-    # Rounded so that a last-ulp difference of log() between libms cannot change the bytes.
-    return [round(float(x), 9) for x in t[:n]]
+    t_us = [0]
+    for x in raw.tolist():
+        u = ((x >> 11) + 0.5) * 2.0**-53  # uniform in (0, 1)
+        t_us.append(t_us[-1] + round(-math.log(u) * 1e6))
+    return [t / 1e6 for t in t_us[:n]]
 
 
 def build(cfg: WorkloadConfig) -> Workload:
