@@ -87,7 +87,7 @@ def rate_value(rate: Any) -> float | str:
 
 
 def result_path(cfg: DictConfig) -> Path:
-    return Path(cfg.results_dir) / cfg.hardware.name / cfg.sweep / f"{cell_id(identity(cfg))}.json"
+    return Path(cfg.results_dir) / cfg.hardware.name / cfg.sweep.name / f"{cell_id(identity(cfg))}.json"
 
 
 def group_size(model: Mapping[str, Any]) -> int:
@@ -154,11 +154,38 @@ def workload_config(cfg: DictConfig):
     return WorkloadConfig.from_dict(d)
 
 
+# THIN ADAPTER (pipeline side): harness.workloads.workload_filename loads the tokenizer (about
+# 9 s of BPE tables on this host) only to learn its name and vocabulary size. For the default
+# tokenizer (tokenizer_path None: cl100k_base) both are constants, so the name is derived with
+# them filled in; `check_header` verifies them against every file actually read. Drop this when
+# workload_filename stops loading the tokenizer.
+DEFAULT_TOKENIZER = ("cl100k", 100277)
+
+
+def workload_file_name(wcfg) -> str:
+    from harness import workloads
+
+    if wcfg.tokenizer_path is not None:
+        return workloads.workload_filename(wcfg)
+    original = workloads._tokenizer_tag
+    workloads._tokenizer_tag = lambda path: DEFAULT_TOKENIZER if path is None else original(path)
+    try:
+        return workloads.workload_filename(wcfg)
+    finally:
+        workloads._tokenizer_tag = original
+
+
+def check_header(header: Mapping[str, Any], wcfg, path: Path) -> None:
+    if wcfg.tokenizer_path is None and (header.get("tokenizer"), header.get("n_vocab")) != DEFAULT_TOKENIZER:
+        raise CellError(f"{path}: tokenizer {header.get('tokenizer')}/{header.get('n_vocab')} is not the "
+                        f"expected default {DEFAULT_TOKENIZER}; delete the file or set workload.tokenizer_path")
+
+
 def ensure_workload(wcfg, workloads_dir: Path) -> Path:
     """The workload file for `wcfg`, generated under a file lock if absent (parallel cells share it)."""
-    from harness.workloads import workload_filename, write
+    from harness.workloads import write
 
-    path = Path(workloads_dir) / workload_filename(wcfg)
+    path = Path(workloads_dir) / workload_file_name(wcfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(str(path) + ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -224,21 +251,33 @@ def git_sha() -> str:
         return "unknown"
 
 
-def environment(started_at: str) -> dict[str, Any]:
-    import torch
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
 
     try:
-        import triton
+        return version(dist)
+    except PackageNotFoundError:
+        return None
 
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = None
-    cuda = torch.cuda.is_available()
+
+def gpus() -> tuple[str, int]:
+    """(GPU name, count) from nvidia-smi, without importing torch in this process (slow, and the
+    server is the one that uses the GPU)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return f"none (CPU: {platform.processor() or platform.machine()})", 0
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    return (", ".join(sorted(set(names))), len(names)) if names else ("none", 0)
+
+
+def environment(started_at: str) -> dict[str, Any]:
+    gpu, count = gpus()
     return {
-        "gpu": torch.cuda.get_device_name(0) if cuda else f"none (CPU: {platform.processor() or platform.machine()})",
-        "gpu_count": torch.cuda.device_count() if cuda else 0,
-        "torch": torch.__version__, "triton": triton_version, "python": platform.python_version(),
-        "git_sha": git_sha(), "started_at": started_at, "host": platform.node(), "cpu_count": os.cpu_count(),
+        "gpu": gpu, "gpu_count": count, "torch": _version("torch"), "triton": _version("triton"),
+        "python": platform.python_version(), "git_sha": git_sha(), "started_at": started_at,
+        "host": platform.node(), "cpu_count": os.cpu_count(),
     }
 
 
@@ -329,6 +368,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     wcfg = workload_config(cfg)
     wpath = ensure_workload(wcfg, Path(cfg.workloads_dir))
     workload = read_workload(wpath)
+    check_header(workload.header, wcfg, wpath)
     requests = workload.requests
     max_context = max_context_for(cfg, requests)
     spec = launch_spec(cfg, run_dir, max_context)
@@ -360,7 +400,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     config = {
         **ident, "m_sat": effective_m_sat(cfg) if cfg.system.kind == "engine" else cfg.m_sat,
         "num_prompts": int(cfg.num_prompts), "output_len": int(cfg.output_len),
-        "warmup": int(cfg.warmup), "flush_cache": bool(cfg.flush_cache), "sweep": cfg.sweep,
+        "warmup": int(cfg.warmup), "flush_cache": bool(cfg.flush_cache), "sweep": cfg.sweep.name,
         "hardware": cfg.hardware.name, "cell_id": cell_id(ident), "profile": bool(cfg.profile),
         "stands_for": plain(cfg.stands_for),
         "engine_args": engine_args(cfg, max_context) if cfg.system.kind == "engine" else None,

@@ -158,9 +158,11 @@ def load_sweep(name: str, sweep_dir: Path = SWEEP_DIR) -> Sweep:
         known = sorted(p.stem for p in Path(sweep_dir).glob("*.yaml"))
         raise FileNotFoundError(f"no sweep {name!r} ({path}); known: {known}")
     doc = yaml.safe_load(path.read_text()) or {}
-    unknown = set(doc) - {"tables", "description", "fixed", "grids", "reads", "microbench"}
+    unknown = set(doc) - {"name", "tables", "description", "fixed", "grids", "reads", "microbench"}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+    if doc.get("name") != name:
+        raise ValueError(f"{path}: name must be {name!r} (the file name), got {doc.get('name')!r}")
     grids = {}
     for level, blocks in (doc.get("grids") or {}).items():
         if level not in GRID_LEVELS:
