@@ -65,9 +65,9 @@ def load_ceilings(hardware: str, conf_dir: Path | str = REPO_ROOT / "conf" / "ha
     conf: dict[str, Any] = {}
     if path.exists():
         conf = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    peak = conf.get("peak_bf16_tflops", peak_tflops)
-    bw = conf.get("hbm_read_tbps", hbm_tbps)
-    used_conf = "peak_bf16_tflops" in conf or "hbm_read_tbps" in conf
+    peak = conf.get("peak_bf16_tflops") if conf.get("peak_bf16_tflops") is not None else peak_tflops
+    bw = conf.get("hbm_read_tbps") if conf.get("hbm_read_tbps") is not None else hbm_tbps
+    used_conf = conf.get("peak_bf16_tflops") is not None or conf.get("hbm_read_tbps") is not None
     return Ceilings(peak_tflops=None if peak is None else float(peak),
                     hbm_tbps=None if bw is None else float(bw),
                     source=str(path) if used_conf else ("arguments" if peak or bw else "none"))

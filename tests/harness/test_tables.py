@@ -326,3 +326,5 @@ def test_roofline_ceilings_from_hardware_conf(tmp_path):
     c = plots.load_ceilings("a100", tmp_path, peak_tflops=312.0, hbm_tbps=None)
     assert c.peak_tflops == 312.0 and c.hbm_tbps is None and c.source == "arguments"
     assert math.isclose(plots.load_ceilings("none", tmp_path).peak_tflops or 0.0, 0.0)
+    (tmp_path / "cpu.yaml").write_text("peak_bf16_tflops: null\nhbm_read_tbps: null\n")  # null = absent
+    assert plots.load_ceilings("cpu", tmp_path, peak_tflops=5.0).peak_tflops == 5.0
