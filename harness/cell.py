@@ -363,6 +363,8 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     out = result_path(cfg)
     if out.exists() and not cfg.overwrite:
         raise FileExistsError(out)
+    if cfg.system.kind == "external":  # before any work: skip cleanly where it is not installed
+        systems.require_module(cfg.system.name, cfg.system.module)
     run_dir.mkdir(parents=True, exist_ok=True)
 
     wcfg = workload_config(cfg)

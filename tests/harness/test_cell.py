@@ -1,0 +1,152 @@
+"""harness.cell: one cell end to end -> a valid result file; never overwrites; one-line summary.
+
+End-to-end runs use tests/harness/fake_engine.py as the engine (`server.module=...`, a test
+double: its numbers mean nothing); the composition tests use Hydra's compose API.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness import cell
+from harness.results import validate_cell
+from harness.sweeps import cell_id
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = "server.module=tests.harness.fake_engine"
+
+
+def _compose(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def _run(*overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness.cell", *overrides], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One small cell (tiny model, burst workload) measured against the fake engine."""
+    root = tmp_path_factory.mktemp("cell")
+    overrides = ["system=granikv", "model=tiny", "hardware=cpu", "workload=burst", "lp=32", "batch=4",
+                 "num_prompts=6", "output_len=5", "workload.suffix_len=8", "sweep=table24", "hot_fraction=0.05",
+                 f"results_dir={root}/results", f"workloads_dir={root}/workloads", FAKE,
+                 "stands_for={model:llama-3.1-8b,lp:8192,batch:256}"]
+    out = _run(*overrides)
+    assert out.returncode == 0, out.stderr[-3000:]
+    path = root / "results" / "cpu" / "table24" / "granikv-tiny-tp1-burst-lp32-b4-k1-r0-hot_fraction0.05.json"
+    return overrides, out, path
+
+
+def test_cell_writes_a_valid_result_file(measured):
+    _, _, path = measured
+    doc = json.loads(path.read_text())
+    validate_cell(doc, path)
+    c = doc["config"]
+    assert (c["system"], c["model"], c["tp"], c["workload"], c["lp"], c["batch"], c["k"]) == \
+        ("granikv", "tiny", 1, "burst", 32, 4, 1)
+    assert c["hot_fraction"] == 0.05 and c["num_prompts"] == 6 and c["output_len"] == 5 and c["rate"] == "inf"
+    assert c["sweep"] == "table24" and c["hardware"] == "cpu" and c["cell_id"] == path.stem
+    assert c["stands_for"] == {"model": "llama-3.1-8b", "lp": 8192, "batch": 256}
+    assert c["m_sat"] == 32  # from conf/hardware/cpu.yaml
+    assert c["engine_args"]["hot_fraction"] == 0.05 and c["engine_args"]["max_running"] == 4
+    assert c["workload_config"]["kind"] == "burst" and c["workload_config"]["vocab_size"] == 1024
+    m = doc["metrics"]
+    assert m["completed"] == 6 and m["failed"] == 0 and m["total_output_tokens"] == 30
+    assert doc["engine"]["decode_steps"] > 0 and doc["engine"]["hot_admits"] == 1
+    env = doc["env"]
+    for key in ("gpu", "gpu_count", "torch", "triton", "python", "git_sha", "started_at"):
+        assert key in env
+    assert doc["run"]["flush_status"] == 200
+
+
+def test_run_dir_is_next_to_the_result(measured):
+    _, _, path = measured
+    run = path.with_suffix(".run")
+    assert (run / "server.log").read_text().count("granikv server ready") == 1
+    assert list(run.glob("hydra/*/config.yaml")) and (run / "client.json").is_file()
+    assert json.loads((run / "server_info.json").read_text())["attention"]["decode_steps"] > 0
+
+
+def test_one_line_summary(measured):
+    _, out, path = measured
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"cell {path.stem}: ") and "out tok/s" in lines[0] and str(path) in lines[0]
+
+
+def test_refuses_to_overwrite(measured):
+    overrides, _, path = measured
+    before = path.read_bytes()
+    out = _run(*overrides)
+    assert out.returncode == cell.EXIT_EXISTS
+    assert "exists; not overwriting" in out.stderr and "overwrite=true" in out.stderr
+    assert path.read_bytes() == before
+    assert (path.with_suffix(".run") / "server.log").read_text().count("launching") == 1  # nothing launched
+
+
+def test_cell_id_names_the_grid_point():
+    base = {"system": "paged", "model": "llama-3.1-8b", "tp": 1, "workload": "sharegpt", "lp": 16384,
+            "batch": 256, "k": 1, "rep": 0}
+    assert cell_id(base) == "paged-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0"
+    assert cell_id({**base, "hot_fraction": 0.2, "m_sat": None, "rate": "inf"}) == cell_id(base)
+    assert cell_id({**base, "m_sat": 2**31}).endswith("-m_sat2147483648")
+    assert cell_id({**base, "cold_page_size": 16, "rate": 4.0}).endswith("-cold_page_size16-rate4")
+
+
+def test_identity_and_path_from_composed_config(tmp_path):
+    cfg = _compose("system=cascade", "model=qwen2.5-14b", "tp=2", "workload=multiprefix", "batch=128",
+                   "sweep=table20", f"results_dir={tmp_path}")
+    assert cell.identity(cfg)["lp"] == 8192 and cell.identity(cfg)["k"] == 4  # the kind's defaults
+    name = "cascade-qwen2.5-14b-tp2-multiprefix-lp8192-b128-k4-r0.json"
+    assert cell.result_path(cfg) == tmp_path / "h200" / "table20" / name
+
+
+def test_top_level_keys_win_over_the_workload_group():
+    cfg = _compose("workload=multiprefix", "lp=1024", "workload.k=16", "num_prompts=40", "model=tiny")
+    w = cell.workload_config(cfg)
+    assert (w.kind, w.lp, w.k, w.num_requests, w.vocab_size) == ("multiprefix", 1024, 16, 40, 1024)
+    hetero = cell.workload_config(_compose("workload=hetero", "workload.k=8"))
+    assert hetero.lps == (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+
+
+def test_hardware_m_sat_forms():
+    assert cell.hardware_m_sat(None, 4) is None
+    assert cell.hardware_m_sat(1024, 4) == 1024
+    assert cell.hardware_m_sat({4: 900, 5: 1100}, 5) == 1100
+    assert cell.hardware_m_sat({"g4": 768}, 4) == 768
+    assert cell.hardware_m_sat({"by_group_size": {"4": 640}, "sweep": {"B": [1, 2]}}, 4) == 640
+    assert cell.hardware_m_sat({"value": 512, "note": "x"}, 7) == 512
+
+
+def test_m_sat_resolution_order():
+    assert cell.effective_m_sat(_compose("hardware=a100-40gb")) == 1024
+    assert cell.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 32
+    assert cell.effective_m_sat(_compose("hardware=cpu", "m_sat=2147483648")) == 2**31
+
+
+def test_a100_emulation_kv_budget():
+    hw = {"name": "a100-40gb", "kv_budget_gb": None, "emulate": {"hbm_gib": 40, "static_fraction": 0.827}}
+    assert cell.kv_budget_gb(hw, "llama-3.1-8b", 1) == pytest.approx(19.46, abs=0.01)
+    assert cell.kv_budget_gb(hw, "qwen2.5-32b", 2) == pytest.approx(2.76, abs=0.01)
+    assert cell.kv_budget_gb({**hw, "kv_budget_gb": 7.5}, "llama-3.1-8b", 1) == 7.5
+    assert cell.kv_budget_gb({"name": "h200", "kv_budget_gb": None, "emulate": None}, "llama-3.1-8b", 1) is None
+    with pytest.raises(cell.CellError, match="does not fit"):
+        cell.kv_budget_gb(hw, "qwen2.5-32b", 1)
+
+
+def test_engine_args_are_validated():
+    cfg = _compose("model=tiny", "hardware=cpu", "+server.extra.not_a_field=1")
+    with pytest.raises(cell.CellError, match="not EngineConfig fields"):
+        cell.engine_args(cfg, 256)
+    cfg = _compose("model=tiny", "hardware=cpu", "hot_fraction=1.5")
+    with pytest.raises(cell.CellError, match="hot_fraction"):
+        cell.engine_args(cfg, 256)
