@@ -56,6 +56,7 @@ class ModelSpec:
     qkv_bias: bool = False  # Qwen2 has a bias on q, k and v (not on o)
     tie_word_embeddings: bool = False
     hf_name: str | None = None  # the public checkpoint these shapes are taken from
+    eos_token_ids: tuple[int, ...] = ()  # ids that end a generation (unless ignore_eos)
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -70,6 +71,9 @@ class ModelSpec:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
         if self.rms_norm_eps <= 0 or self.rope_theta <= 0:
             raise ValueError("rms_norm_eps and rope_theta must be positive")
+        object.__setattr__(self, "eos_token_ids", tuple(int(t) for t in self.eos_token_ids))
+        if any(not 0 <= t < self.vocab_size for t in self.eos_token_ids):
+            raise ValueError(f"eos_token_ids {self.eos_token_ids} outside the vocabulary")
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
@@ -141,6 +145,8 @@ class ModelSpec:
             cfg["use_sliding_window"] = False
         if self.hf_name:
             cfg["_name_or_path"] = self.hf_name
+        # explicit null: transformers' config classes would otherwise fill in their default id
+        cfg["eos_token_id"] = list(self.eos_token_ids) or None
         return cfg
 
     # ---- loaders --------------------------------------------------------------------------
@@ -213,6 +219,7 @@ class ModelSpec:
             raise ValueError(f"unsupported rope type {rope_type!r} (supported: default, llama3)")
 
         heads = int(c["num_attention_heads"])
+        eos = c.get("eos_token_id")
         return cls(
             name=name or c.get("_name_or_path") or arch,
             arch=arch,
@@ -230,6 +237,7 @@ class ModelSpec:
             qkv_bias=arch == "qwen2",
             tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
             hf_name=c.get("_name_or_path") or None,
+            eos_token_ids=() if eos is None else tuple(eos) if isinstance(eos, list) else (eos,),
         )
 
 

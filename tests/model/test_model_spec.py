@@ -18,7 +18,8 @@ LLAMA31_8B_CONFIG = {
     "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
     "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                      "original_max_position_embeddings": 8192, "rope_type": "llama3"},
-    "tie_word_embeddings": False, "vocab_size": 128256,
+    "tie_word_embeddings": False, "vocab_size": 128256, "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009],
 }
 
 
@@ -35,6 +36,7 @@ def test_known_names_and_public_shapes():
     assert llama.rope_theta == 500000.0 and llama.rms_norm_eps == 1e-5 and not llama.qkv_bias
     assert llama.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
     assert llama.group_size == 4 and llama.kv_bytes_per_token() == 128 * 1024  # DESIGN.md §8
+    assert llama.eos_token_ids == (128001, 128008, 128009)
     q14, q32 = load_spec("qwen2.5-14b"), load_spec("qwen2.5-32b")
     for q, inter, layers in ((q14, 13824, 48), (q32, 27648, 64)):
         assert (q.arch, q.hidden_size, q.intermediate_size, q.num_layers) == ("qwen2", 5120, inter, layers)
@@ -90,6 +92,13 @@ def test_unknown_name_lists_known_ones():
 def test_directory_without_config(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_spec(tmp_path)
+
+
+def test_single_eos_id_and_bad_eos():
+    assert ModelSpec.from_hf_config({**LLAMA31_8B_CONFIG, "eos_token_id": 128009}).eos_token_ids == (128009,)
+    assert ModelSpec.from_hf_config({**LLAMA31_8B_CONFIG, "eos_token_id": None}).eos_token_ids == ()
+    with pytest.raises(ValueError, match="eos"):
+        dataclasses.replace(load_spec("tiny"), eos_token_ids=(5000,))
 
 
 @pytest.mark.parametrize(
