@@ -38,6 +38,12 @@ def dot_precision(t: torch.Tensor) -> str:
     return "ieee" if t.dtype == torch.float32 else "tf32"
 
 
+def stages_for(num_stages: int, t: torch.Tensor) -> int:
+    """Pipeline depth: the configs are sized for 16-bit tiles; float32 tiles (GPU tests only)
+    are twice as large, so they get one stage to stay inside shared memory."""
+    return num_stages if t.element_size() <= 2 else 1
+
+
 def next_pow2(x: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
@@ -64,11 +70,11 @@ def check_cache(k_cache: torch.Tensor, v_cache: torch.Tensor) -> tuple[int, int]
 
 
 @triton.jit
-def num_splits_for(n, MIN_SPLIT_LEN: tl.constexpr, MAX_SPLITS: tl.constexpr):
+def num_splits_for(n, MIN_SPLIT_LEN: tl.constexpr, max_splits):
     """Split count of a key range of length n, decided on the device (no host sync): as many
-    splits as keep each at least MIN_SPLIT_LEN keys, at most MAX_SPLITS, at least 1."""
+    splits as keep each at least MIN_SPLIT_LEN keys, at most max_splits, at least 1."""
     s = (n + MIN_SPLIT_LEN - 1) // MIN_SPLIT_LEN
-    s = tl.minimum(s, MAX_SPLITS)
+    s = tl.minimum(s, max_splits)
     return tl.maximum(s, 1)
 
 

@@ -29,6 +29,7 @@ from granikv.kernels._common import (
     num_sms,
     num_splits_for,
     online_softmax_step,
+    stages_for,
     upcast_flag,
 )
 from granikv.kernels.splits import SplitWorkspace, combine_splits
@@ -49,21 +50,21 @@ class DecodeConfig:
 def _decode_kernel(
     Q, K, V, SlotTable, Rows, KvStart, KvLen,
     O, Lse, PartO, PartLse, NumSplits,
-    qk_scale,
+    qk_scale, max_splits,
     s_q_b, s_q_h,
     s_k_s, s_k_h, s_v_s, s_v_h,
     s_t_r,
     s_o_b, s_o_h, s_l_b, s_l_h,
     s_po_r, s_po_h, s_po_s, s_pl_r, s_pl_h,
     G: tl.constexpr, G_PAD: tl.constexpr, D: tl.constexpr, BLOCK_N: tl.constexpr,
-    MAX_SPLITS: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
+    MIN_SPLIT_LEN: tl.constexpr, DIRECT: tl.constexpr,
     UPCAST: tl.constexpr, PREC: tl.constexpr,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
     n = tl.load(KvLen + b)
-    nsplit = num_splits_for(n, MIN_SPLIT_LEN, MAX_SPLITS)
+    nsplit = num_splits_for(n, MIN_SPLIT_LEN, max_splits)
     if s < nsplit:
         row = tl.load(Rows + b).to(tl.int64)
         start = tl.load(KvStart + b)
@@ -95,7 +96,7 @@ def _decode_kernel(
                 v = v.to(tl.float32)
             m_i, l_i, acc = online_softmax_step(q, k, v, m_i, l_i, acc, qk_scale, nmask[None, :], True, PREC)
         o, lse2 = finish_rows(m_i, l_i, acc)
-        if MAX_SPLITS == 1:
+        if DIRECT:
             tl.store(O + b * s_o_b + hq[:, None] * s_o_h + offs_d[None, :], o.to(O.dtype.element_ty),
                      mask=gmask[:, None])
             tl.store(Lse + b * s_l_b + hq * s_l_h, lse2 * 0.6931471805599453, mask=gmask)
@@ -167,7 +168,7 @@ def decode_paged(
     _decode_kernel[(bsz, hkv, max_splits)](
         q, k_cache, v_cache, slot_table, rows, kv_start, kv_len,
         out, lse, po, pl, ns,
-        sm_scale * LOG2E,
+        sm_scale * LOG2E, max_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         slot_table.stride(0),
@@ -175,9 +176,9 @@ def decode_paged(
         po.stride(0), po.stride(1), po.stride(2) if po.dim() == 4 else 0,
         pl.stride(0), pl.stride(1),
         G=g, G_PAD=max(16, triton.next_power_of_2(g)), D=d, BLOCK_N=cfg.block_n,
-        MAX_SPLITS=max_splits, MIN_SPLIT_LEN=cfg.min_split_len,
+        MIN_SPLIT_LEN=cfg.min_split_len, DIRECT=max_splits == 1,
         UPCAST=upcast_flag(q), PREC=dot_precision(q),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
     if max_splits > 1:
         combine_splits(workspace, bsz, hq, max_splits, out, lse)

@@ -23,6 +23,7 @@ from granikv.kernels._common import (
     dot_precision,
     finish_rows,
     online_softmax_step,
+    stages_for,
     upcast_flag,
 )
 
@@ -40,9 +41,9 @@ class ExtendConfig:
 @triton.jit
 def _extend_kernel(
     Q, K, V, SlotTable, Rows, QoIndptr, PrefixLen, O,
-    qk_scale,
+    qk_scale, TILES,
     s_q_t, s_q_h, s_k_s, s_k_h, s_v_s, s_v_h, s_t_r, s_o_t, s_o_h,
-    G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILES: tl.constexpr,
+    G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     UPCAST: tl.constexpr, PREC: tl.constexpr,
 ):
     n = tl.program_id(0) // TILES
@@ -124,11 +125,11 @@ def extend(
     tiles = triton.cdiv(max(1, max_qo_len if max_qo_len is not None else t) * g, cfg.block_m)
     _extend_kernel[(nreq * tiles, hkv)](
         q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_len, out,
-        sm_scale * LOG2E,
+        sm_scale * LOG2E, tiles,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         slot_table.stride(0), out.stride(0), out.stride(1),
-        G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, TILES=tiles,
+        G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         UPCAST=upcast_flag(q), PREC=dot_precision(q),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
     return out

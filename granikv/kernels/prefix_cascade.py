@@ -28,6 +28,7 @@ from granikv.kernels._common import (
     num_sms,
     num_splits_for,
     online_softmax_step,
+    stages_for,
     upcast_flag,
 )
 from granikv.kernels.prefix_classes import PrefixClasses
@@ -54,14 +55,14 @@ CASCADE_CONFIG = PrefixConfig()
 def _prefix_kernel(
     Q, K, V, Indptr, Reqs, PrefixLen, SlabBase, PageRows, SlotTable,
     O, Lse, PartO, PartLse, NumSplits,
-    qk_scale,
+    qk_scale, max_splits, TILES,
     s_q_b, s_q_h,
     s_k_s, s_k_h, s_v_s, s_v_h,
     s_t_r,
     s_o_b, s_o_h, s_l_b, s_l_h,
     s_po_r, s_po_h, s_po_s, s_pl_r, s_pl_h,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    TILES: tl.constexpr, MAX_SPLITS: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr,
+    MIN_SPLIT_LEN: tl.constexpr, DIRECT: tl.constexpr,
     SLAB: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr,
 ):
     c = tl.program_id(0) // TILES
@@ -71,7 +72,7 @@ def _prefix_kernel(
     r0 = tl.load(Indptr + c)
     nrows = (tl.load(Indptr + c + 1) - r0) * G
     L = tl.load(PrefixLen + c)
-    nsplit = num_splits_for(L, MIN_SPLIT_LEN, MAX_SPLITS)
+    nsplit = num_splits_for(L, MIN_SPLIT_LEN, max_splits)
     if (mt * BLOCK_M < nrows) & (s < nsplit):
         chunk = tl.cdiv(tl.cdiv(L, nsplit), BLOCK_N) * BLOCK_N
         lo = s * chunk
@@ -133,7 +134,7 @@ def _prefix_kernel(
                 v = v.to(tl.float32)
             m_i, l_i, acc = online_softmax_step(q, k, v, m_i, l_i, acc, qk_scale, nmask[None, :], True, PREC)
         o, lse2 = finish_rows(m_i, l_i, acc)
-        if MAX_SPLITS == 1:
+        if DIRECT:
             tl.store(O + req[:, None] * s_o_b + hq[:, None] * s_o_h + offs_d[None, :],
                      o.to(O.dtype.element_ty), mask=rmask[:, None])
             tl.store(Lse + req * s_l_b + hq * s_l_h, lse2 * 0.6931471805599453, mask=rmask)
@@ -193,17 +194,17 @@ def run_prefix_pass(
         classes.slab_base if slab else classes.indptr,
         classes.page_rows if not slab else classes.indptr, table,
         out, lse, po, pl, ns,
-        sm_scale * LOG2E,
+        sm_scale * LOG2E, max_splits, tiles,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         table.stride(0),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1),
         po.stride(0), po.stride(1), po.stride(2) if po.dim() == 4 else 0,
         pl.stride(0), pl.stride(1),
-        G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, TILES=tiles,
-        MAX_SPLITS=max_splits, MIN_SPLIT_LEN=cfg.min_split_len,
+        G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        MIN_SPLIT_LEN=cfg.min_split_len, DIRECT=max_splits == 1,
         SLAB=slab, UPCAST=upcast_flag(q), PREC=dot_precision(q),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
     if max_splits > 1:
         combine_splits(workspace, bsz, hq, max_splits, out, lse)
