@@ -2,9 +2,10 @@
 
 - `roofline.png` (Figure 1): every record of `microbench/kernels.json` placed at arithmetic
   intensity = FLOPs / bytes (from the record's `TFLOPs` and `GBps`, i.e. the minimum work and
-  traffic of the op) against achieved TFLOP/s; roofs from `conf/hardware/<hw>.yaml`
-  (`peak_bf16_tflops`, `hbm_read_tbps`) when present, else from the CLI arguments; the paper's
-  two A100 points (Table 23) for reference.
+  traffic of the op) against achieved TFLOP/s, and the layouts of `microbench/ncu.json` at
+  their *measured* DRAM bytes (useful_flops / dram_bytes_read, useful_flops / wall_us); roofs
+  from `conf/hardware/<hw>.yaml` (`peak_bf16_tflops`, `hbm_read_tbps`) when present, else from
+  the CLI arguments; the paper's A100 roof and two measured points (Table 23) for reference.
 - `lp_ladder.png`: output throughput against Lp at B=256 per system, one panel per
   (model, TP), from sweeps `table3`, `table9`-`table11` (ShareGPT); the paper's Table 9-11 values
   dashed.
@@ -94,23 +95,13 @@ def _cells(results: ResultSet, sweeps: Sequence[str]) -> pd.DataFrame:
 
 
 def plot_roofline(results: ResultSet, ceilings: Ceilings, ax: plt.Axes) -> bool:
-    recs = results.microbench.get("kernels")
-    need = {"TFLOPs", "GBps"}
-    if recs is None or not len(recs) or not need <= set(recs.columns):
-        _no_data(ax, "needs microbench/kernels.json records with TFLOPs and GBps")
+    points = _kernel_points(results) + _ncu_points(results)
+    if not points:
+        _no_data(ax, "needs microbench/kernels.json records with positive TFLOPs and GBps\n"
+                     "(or microbench/ncu.json counters)")
         return False
-    tflops = pd.to_numeric(recs["TFLOPs"], errors="coerce")
-    gbps = pd.to_numeric(recs["GBps"], errors="coerce")
-    ok = (tflops > 0) & (gbps > 0)
-    if not ok.any():
-        _no_data(ax, "kernels.json has no record with positive TFLOPs and GBps")
-        return False
-    recs = recs[ok].assign(ai=(tflops[ok] * 1e3 / gbps[ok]), tf=tflops[ok])
-    label_cols = [c for c in ("op", "layout") if c in recs.columns]
-    groups = recs.groupby(label_cols) if label_cols else [("records", recs)]
-    for name, g in groups:
-        label = "/".join(str(n) for n in (name if isinstance(name, tuple) else (name,)))
-        ax.scatter(g["ai"], g["tf"], label=f"ours: {label}", s=22, zorder=3)
+    for label, ai, tf, marker in points:
+        ax.scatter(ai, tf, label=label, s=22 if marker == "o" else 60, marker=marker, zorder=3)
     xs = np.logspace(-1, 4, 200)
     if ceilings.hbm_tbps:
         roof = ceilings.hbm_tbps * xs
@@ -134,13 +125,53 @@ def plot_roofline(results: ResultSet, ceilings: Ceilings, ax: plt.Axes) -> bool:
                        label=f"paper: {name}")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte, minimum traffic)")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte): kernels.json minimum bytes, ncu measured bytes")
     ax.set_ylabel("TFLOP/s")
     if ceilings.source == "none":
         ax.text(0.02, 0.98, "no ceilings: add peak_bf16_tflops / hbm_read_tbps to conf/hardware",
                 transform=ax.transAxes, va="top", fontsize=8, color="tab:red")
     ax.legend(fontsize=7, loc="lower right")
     return True
+
+
+Point = tuple[str, "pd.Series | list[float]", "pd.Series | list[float]", str]
+
+
+def _kernel_points(results: ResultSet) -> list[Point]:
+    """(label, intensity, TFLOP/s, marker) per op/layout of kernels.json: minimum-traffic model."""
+    recs = results.microbench.get("kernels")
+    if recs is None or not len(recs) or not {"TFLOPs", "GBps"} <= set(recs.columns):
+        return []
+    tflops = pd.to_numeric(recs["TFLOPs"], errors="coerce")
+    gbps = pd.to_numeric(recs["GBps"], errors="coerce")
+    ok = (tflops > 0) & (gbps > 0)
+    recs = recs[ok].assign(ai=(tflops[ok] * 1e3 / gbps[ok]), tf=tflops[ok])
+    if not len(recs):
+        return []
+    label_cols = [c for c in ("op", "layout") if c in recs.columns]
+    groups = recs.groupby(label_cols) if label_cols else [("records", recs)]
+    out = []
+    for name, g in groups:
+        label = "/".join(str(n) for n in (name if isinstance(name, tuple) else (name,)))
+        out.append((f"ours: {label}", g["ai"], g["tf"], "o"))
+    return out
+
+
+def _ncu_points(results: ResultSet) -> list[Point]:
+    """Per layout of ncu.json: intensity from *measured* DRAM bytes, as the paper's Figure 1."""
+    recs = results.microbench.get("ncu")
+    need = {"layout", "dram_bytes_read", "useful_flops", "wall_us"}
+    if recs is None or not len(recs) or not need <= set(recs.columns):
+        return []
+    out = []
+    for layout, g in recs.groupby("layout"):
+        flops = pd.to_numeric(g["useful_flops"], errors="coerce")
+        dram = pd.to_numeric(g["dram_bytes_read"], errors="coerce")
+        wall = pd.to_numeric(g["wall_us"], errors="coerce")
+        ok = (flops > 0) & (dram > 0) & (wall > 0)
+        if ok.any():
+            out.append((f"ours (ncu): {layout}", flops[ok] / dram[ok], flops[ok] / wall[ok] / 1e6, "D"))
+    return out
 
 
 def _figure1_rows() -> list[Mapping[str, Any]]:
