@@ -13,8 +13,8 @@
 - `fp_sweep.png`: GraniKV throughput against the HOT fraction f_p, cascade as a reference line
   (sweep `table24`).
 - `dispatch_heatmap.png`: share of decode steps sent to the dense pass,
-  Σ engine.dense_steps / Σ engine.decode_steps, over Lp × B (granikv cells of the first of
-  sweeps `table15`, `table6` that has any).
+  Σ engine.dense_steps / Σ engine.decode_steps, over Lp × B (granikv cells; per (Lp, B) the
+  first of sweeps `table15`, `table6` that ran it).
 
 Each plot with no data still writes a PNG that says so, so a partial result set never crashes
 the pipeline. CLI: `python -m harness.plots --results results/<hw> --out plots/<hw>`.
@@ -259,26 +259,41 @@ def plot_fp_sweep(results: ResultSet, ax: plt.Axes) -> bool:
     return any_data
 
 
-def plot_dispatch_heatmap(results: ResultSet, ax: plt.Axes) -> bool:
+def dispatch_share(results: ResultSet) -> pd.DataFrame:
+    """Dense share of decode steps, Lp rows × B columns, for the most common model (NaN = not run).
+
+    Per (Lp, B) the counters come from the first of HEATMAP_SWEEPS that ran that point, as
+    Table 15 reads them."""
     need = ("engine.dense_steps", "engine.decode_steps", "config.lp", "config.batch")
-    cells = results.cells.iloc[0:0]
-    for sweep in HEATMAP_SWEEPS:  # the first sweep with granikv cells: counters of one run
-        sub = where(_cells(results, (sweep,)), system="granikv") if len(results.cells) else cells
-        if len(sub):
-            cells = sub
-            break
-    if not len(cells) or not all(c in cells.columns for c in need):
-        _no_data(ax, "needs granikv cells with engine.dense_steps (sweeps table15 / table6)")
-        return False
+    parts, seen = [], set()
+    for sweep in HEATMAP_SWEEPS:
+        sub = where(results.sweep_cells(sweep), system="granikv") if len(results.cells) else results.cells
+        if not len(sub) or not all(c in sub.columns for c in need):
+            continue
+        points = list(zip(pd.to_numeric(sub["config.lp"]), pd.to_numeric(sub["config.batch"])))
+        parts.append(sub[[p not in seen for p in points]])
+        seen |= set(points)
+    if not parts:
+        return pd.DataFrame()
+    cells = pd.concat(parts)
     model = cells["config.model"].map(canonical_model).mode().iloc[0]
     cells = cells[cells["config.model"].map(canonical_model) == model]
     frame = pd.DataFrame({c: pd.to_numeric(cells[c], errors="coerce") for c in need}).dropna()
     sums = frame.groupby(["config.lp", "config.batch"])[["engine.dense_steps", "engine.decode_steps"]].sum()
     sums = sums[sums["engine.decode_steps"] > 0]
     if not len(sums):
-        _no_data(ax, "no granikv cell recorded any decode step")
-        return False
+        return pd.DataFrame()
     share = (sums["engine.dense_steps"] / sums["engine.decode_steps"]).unstack("config.batch")
+    share.attrs["model"] = model
+    return share
+
+
+def plot_dispatch_heatmap(results: ResultSet, ax: plt.Axes) -> bool:
+    share = dispatch_share(results)
+    if share.empty:
+        _no_data(ax, "needs granikv cells with engine.dense_steps and decode steps (sweeps table15 / table6)")
+        return False
+    model = share.attrs.get("model", "")
     im = ax.imshow(share.values * 100, origin="lower", cmap="viridis", vmin=0, vmax=100, aspect="auto")
     ax.set_xticks(range(len(share.columns)), [f"{int(b)}" for b in share.columns])
     ax.set_yticks(range(len(share.index)), [f"{int(lp)}" for lp in share.index])

@@ -310,6 +310,14 @@ def test_every_plot_renders_a_png(results, tmp_path):
         assert r.has_data and _is_png(r.path)
 
 
+def test_dispatch_share_takes_each_point_from_the_first_sweep_that_ran_it(results):
+    share = plots.dispatch_share(results)
+    assert share.loc[8192, 256] == pytest.approx(0.99)  # table15 wins over table6's 0.9
+    assert share.loc[8192, 8] == 0.0
+    assert share.loc[2048, 256] == pytest.approx(0.5)  # only table6 ran it
+    assert math.isnan(share.loc[2048, 8])
+
+
 def test_plots_without_data_say_so_and_do_not_crash(tmp_path, capsys):
     (tmp_path / "empty-hw").mkdir()
     assert plots.main(["--results", str(tmp_path / "empty-hw"), "--out", str(tmp_path / "p")]) == 0
