@@ -54,6 +54,15 @@ def test_paper_data_holds_every_table():
     assert paper_table(3).find_rows(config="Llama-3.1-8B / TP=1", Lp=16384)[0]["x_SGL"] == 2.16
 
 
+def test_bundled_copy_matches_the_shared_extraction_when_present():
+    shared = Path(__file__).resolve().parents[3] / "shared" / "paper" / "tables.yaml"
+    if not shared.exists():
+        pytest.skip("../shared/paper/tables.yaml is not next to this checkout")
+    from harness.paper import PAPER_TABLES_PATH
+
+    assert load_paper_tables(shared) == load_paper_tables(PAPER_TABLES_PATH)
+
+
 # --------------------------------------------------------------------------- rendering
 
 
