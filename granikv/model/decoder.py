@@ -142,7 +142,7 @@ class CausalLM(nn.Module):
     def device(self) -> torch.device:
         return self.embed_tokens.weight.device
 
-    @torch.inference_mode()
+    @torch.no_grad()  # not inference_mode: callers may update the returned logits in place
     def forward(
         self,
         input_ids: torch.Tensor,

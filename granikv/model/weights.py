@@ -150,16 +150,16 @@ class DummySource:
         out_shape = tuple(len(range(*s.indices(n))) for s, n in zip(idx, slot.shape))
         rows = torch.arange(*idx[0].indices(slot.shape[0]), device=device, dtype=torch.int64)
         if len(slot.shape) == 1:
-            return self._values(slot.hf_name, rows, device)
+            return self._values(slot.hf_name, rows)
         cols = torch.arange(*idx[1].indices(slot.shape[1]), device=device, dtype=torch.int64)
         out = torch.empty(out_shape, dtype=torch.float32, device=device)
         step = max(1, _CHUNK.get(device.type, 1 << 20) // max(1, out_shape[1]))
         for r in range(0, out_shape[0], step):
             flat = rows[r : r + step, None] * slot.shape[1] + cols[None, :]
-            out[r : r + step] = self._values(slot.hf_name, flat, device)
+            out[r : r + step] = self._values(slot.hf_name, flat)
         return out
 
-    def _values(self, name: str, flat_index: torch.Tensor, device: torch.device) -> torch.Tensor:
+    def _values(self, name: str, flat_index: torch.Tensor) -> torch.Tensor:
         x = _splitmix(flat_index ^ _tensor_key(self.seed, name))
         u = _lsr(x, 40).float() * (2.0**-24)  # 24 random bits -> [0, 1), exact in float32
         return (2.0 * u - 1.0) * (self.std * math.sqrt(3.0))

@@ -93,3 +93,4 @@ def test_logits_index_selects_rows(hf_checkpoint):
     full = run(None)
     last = run(torch.tensor([4, 11]))
     torch.testing.assert_close(last, full[[4, 11]], rtol=0, atol=1e-6)
+    assert not last.is_inference()  # callers may post-process logits in place
