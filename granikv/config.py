@@ -50,6 +50,10 @@ class EngineConfig:
     chunked_prefill_tokens: int = 8192
     max_prefill_tokens: int = 16384
 
+    # kernels: "triton" (GPU, or Triton's interpreter on CPU) or "torch" (float32 references;
+    # slow, for cross-checks in tests)
+    kernel_impl: str = "triton"
+
     # runner
     cuda_graphs: bool = True
     graph_batch_sizes: tuple[int, ...] = field(
@@ -67,6 +71,8 @@ class EngineConfig:
             raise ValueError("page sizes must be >= 1")
         if self.max_running < 1 or self.max_context < 2:
             raise ValueError("max_running must be >= 1 and max_context >= 2")
+        if self.kernel_impl not in ("triton", "torch"):
+            raise ValueError(f"kernel_impl must be triton or torch, got {self.kernel_impl!r}")
         if self.kv_budget_gb is not None and self.kv_budget_gb <= 0:
             raise ValueError("kv_budget_gb must be positive")
 

@@ -1,0 +1,1 @@
+"""Attention backends over the shared KV slot space: paged, cascade and granikv (+ dispatcher)."""

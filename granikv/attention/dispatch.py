@@ -1,0 +1,61 @@
+"""The per-step dispatcher (paper §3.6): which prefix pass each prefix class gets.
+
+M_eff = n_class * g is the M dimension of the prefix contraction for one KV head. When it
+reaches M_sat (fitted per GPU by harness/microbench, stored in conf/hardware/<gpu>.yaml) the
+dense, fat-contraction pass saturates the tensor cores and wins; below it the cascade pass
+(prefix streamed once in tiles) wins. A class that is too small or whose prefix is too short
+for any prefix pass to pay for its launch and merge goes to the plain path (its requests read
+the prefix through the slot table like every other token), so granikv never does worse than
+the paged baseline by more than noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DENSE, CASCADE, PLAIN = "dense", "cascade", "plain"
+
+
+@dataclass(frozen=True)
+class DispatchPolicy:
+    group_size: int  # g = query heads per KV head
+    m_sat: int = 1024
+    min_prefix_len: int = 256  # shorter shared prefixes are read on the plain path
+    min_class_size: int = 2  # a prefix pass for a lone request buys nothing
+
+    def choose(self, class_size: int, prefix_len: int) -> str:
+        if prefix_len < self.min_prefix_len or class_size < self.min_class_size:
+            return PLAIN
+        return DENSE if class_size * self.group_size >= self.m_sat else CASCADE
+
+
+@dataclass
+class DispatchCounters:
+    """Per-engine counters reported in /server_info and the result files."""
+
+    decode_steps: int = 0
+    dense_steps: int = 0  # steps with at least one dense class
+    cascade_steps: int = 0  # steps with at least one cascade class
+    paged_steps: int = 0  # steps where every request took the plain path
+    class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, PLAIN: 0})
+
+    def record(self, decisions: list[str]) -> None:
+        self.decode_steps += 1
+        kinds = set(decisions)
+        if DENSE in kinds:
+            self.dense_steps += 1
+        if CASCADE in kinds:
+            self.cascade_steps += 1
+        if not kinds - {PLAIN}:
+            self.paged_steps += 1
+        for d in decisions:
+            self.class_decisions[d] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "decode_steps": self.decode_steps,
+            "dense_steps": self.dense_steps,
+            "cascade_steps": self.cascade_steps,
+            "paged_steps": self.paged_steps,
+            "class_decisions": dict(self.class_decisions),
+        }

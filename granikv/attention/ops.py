@@ -1,0 +1,64 @@
+"""KernelOps: the kernel entry points an attention backend calls, in one place.
+
+`impl="triton"` runs granikv.kernels (Triton on GPU, Triton's interpreter on CPU);
+`impl="torch"` runs vectorized PyTorch versions (torch_ops.py) — fast on CPU, used by the
+engine tests, and an independent cross-check of the Triton path. Prefix passes
+always return (o, lse) for *every* request of the batch: rows of requests outside every class
+come back as o = 0, lse = -inf, so a log-sum-exp merge leaves their plain-path result exact.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from granikv import kernels as K
+from granikv.attention import torch_ops as T
+from granikv.kernels.prefix_classes import PrefixClasses
+
+
+class KernelOps:
+    def __init__(self, impl: str = "triton", dense_impl: str = "auto") -> None:
+        if impl not in ("triton", "torch"):
+            raise ValueError(f"kernel impl must be triton or torch, got {impl!r}")
+        self.impl = impl
+        self.dense_impl = dense_impl
+
+    def store_kv(self, k_cache, v_cache, slots, k, v) -> None:
+        if self.impl == "torch":
+            k_cache[slots] = k.to(k_cache.dtype)
+            v_cache[slots] = v.to(v_cache.dtype)
+            return
+        K.store_kv(k_cache, v_cache, slots, k, v)
+
+    def extend(self, q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale):
+        if self.impl == "torch":
+            return T.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale)
+        return K.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale)
+
+    def decode(self, q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale):
+        if self.impl == "torch":
+            return T.decode(q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale)
+        return K.decode_paged(q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale)
+
+    def _empty_prefix_out(self, q):
+        o = torch.zeros_like(q)
+        lse = torch.full(q.shape[:2], float("-inf"), dtype=torch.float32, device=q.device)
+        return o, lse
+
+    def prefix_cascade(self, q, k_cache, v_cache, classes: PrefixClasses, sm_scale):
+        if self.impl == "torch":
+            return T.prefix(q, k_cache, v_cache, classes, sm_scale)
+        o, lse = self._empty_prefix_out(q)
+        return K.prefix_cascade(q, k_cache, v_cache, classes, sm_scale, out=o, lse=lse)
+
+    def prefix_dense(self, q, k_cache, v_cache, classes: PrefixClasses, sm_scale):
+        if self.impl == "torch":
+            return T.prefix(q, k_cache, v_cache, classes, sm_scale)
+        o, lse = self._empty_prefix_out(q)
+        return K.prefix_dense(q, k_cache, v_cache, classes, sm_scale, out=o, lse=lse, impl=self.dense_impl)
+
+    def merge_(self, o_a, lse_a, o_b, lse_b) -> None:
+        if self.impl == "torch":
+            T.merge_(o_a, lse_a, o_b, lse_b)
+            return
+        K.merge_lse_(o_a, lse_a, o_b, lse_b)

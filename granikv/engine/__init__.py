@@ -1,0 +1,1 @@
+"""The engine: requests, scheduler, model runner and the in-process Engine API."""

@@ -1,0 +1,160 @@
+"""Engine: the in-process API (add_request / step / generate / stats).
+
+One Engine = one model replica (one TP rank group) with one KV slot space, one storage
+policy and one attention backend. The HTTP server drives an Engine from a background thread;
+tests and microbenchmarks drive it directly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+
+import torch
+
+from granikv.config import EngineConfig
+from granikv.engine.request import Request, SamplingParams, Status
+from granikv.engine.scheduler import Scheduler
+
+
+@dataclass
+class StepOutput:
+    req: Request
+    token: int
+    finished: bool
+
+
+def resolve_device(cfg: EngineConfig) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(cfg.device)
+
+
+def resolve_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
+    if cfg.dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[cfg.dtype]
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, tp_group=None) -> None:
+        from granikv.engine.builder import build_components
+
+        self.config = config
+        self.device = resolve_device(config)
+        self.dtype = resolve_dtype(config, self.device)
+        c = build_components(config, self.device, self.dtype, tp_group)
+        self.spec = c.spec
+        self.model = c.model
+        self.kv = c.kv
+        self.storage = c.storage
+        self.backend = c.backend
+        self.runner = c.runner
+        self.scheduler = Scheduler(
+            self.storage, config.max_running, config.max_context, config.chunked_prefill_tokens,
+            on_row_assigned=self.runner.write_row,
+        )
+        self.eos_ids: tuple[int, ...] = c.eos_ids
+        self._ids = itertools.count()
+        self._seq = itertools.count()
+        self.requests: dict[str, Request] = {}
+        self.steps = {"extend": 0, "decode": 0}
+        self.step_time = {"extend": 0.0, "decode": 0.0}
+
+    # -- API ----------------------------------------------------------------------------------
+    def add_request(self, input_ids: list[int], params: SamplingParams | None = None,
+                    rid: str | None = None, shared_prefix_len: int | None = None) -> Request:
+        if not input_ids:
+            raise ValueError("input_ids must not be empty")
+        bad = [t for t in input_ids if not 0 <= int(t) < self.spec.vocab_size]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {self.spec.vocab_size}): {bad[:5]}")
+        if shared_prefix_len is not None and not 0 <= shared_prefix_len <= len(input_ids):
+            raise ValueError("shared_prefix_len must be within the prompt")
+        rid = rid or f"r{next(self._ids)}"
+        if rid in self.requests:
+            raise ValueError(f"duplicate request id {rid!r}")
+        req = Request(rid=rid, input_ids=[int(t) for t in input_ids], params=params or SamplingParams(),
+                      shared_prefix_len=shared_prefix_len, seq=next(self._seq))
+        self.scheduler.add(req)
+        self.requests[rid] = req
+        return req
+
+    def abort(self, rid: str) -> None:
+        req = self.requests.pop(rid, None)
+        if req is not None and req.status != Status.FINISHED:
+            self.scheduler.abort(req)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    def step(self) -> list[StepOutput]:
+        step = self.scheduler.schedule()
+        if step is None:
+            return []
+        t0 = time.perf_counter()
+        tokens = self.runner.run(step)
+        outs: list[StepOutput] = []
+        if step.mode == "extend":
+            sampled = [it.req for it in step.prefill if it.last_chunk]
+            for it in step.prefill:
+                self.scheduler.commit_prefill(it)
+        else:
+            sampled = step.decode
+            for r in step.decode:
+                self.scheduler.commit_decode(r)
+        now = time.monotonic()
+        for req, tok in zip(sampled, tokens):
+            req.output_ids.append(int(tok))
+            if req.first_token_time is None:
+                req.first_token_time = now
+            done = req.check_finished(self.eos_ids)
+            if done:
+                self.scheduler.finish(req)
+                req.finish_time = now
+                self.requests.pop(req.rid, None)
+            outs.append(StepOutput(req, int(tok), done))
+        self._run_promotions()
+        self.steps[step.mode] += 1
+        self.step_time[step.mode] += time.perf_counter() - t0
+        return outs
+
+    def _run_promotions(self) -> None:
+        """Copy COLD prefixes the admission policy chose for HOT into their slabs (one copy of
+        2·L·Lp·H_kv·d elements, queued on the device after the step), then re-point the tree."""
+        for plan in self.storage.take_promotions():
+            dev = self.kv.k[0].device
+            self.kv.copy_slots(torch.as_tensor(plan.src, device=dev), torch.as_tensor(plan.dst, device=dev))
+            self.storage.commit_promotion(plan)
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None,
+                 shared_prefix_lens: list[int | None] | None = None) -> list[list[int]]:
+        if not isinstance(params, list):
+            params = [params or SamplingParams()] * len(prompts)
+        hints = shared_prefix_lens or [None] * len(prompts)
+        reqs = [self.add_request(p, sp, shared_prefix_len=h) for p, sp, h in zip(prompts, params, hints)]
+        while any(r.status != Status.FINISHED for r in reqs):
+            self.step()
+        return [r.output_ids for r in reqs]
+
+    def flush_cache(self) -> bool:
+        if self.scheduler.running or self.scheduler.waiting:
+            return False
+        self.storage.flush()
+        return True
+
+    def stats(self) -> dict:
+        return {
+            "config": self.config.to_dict(),
+            "model": self.spec.name,
+            "steps": dict(self.steps),
+            "step_time_s": dict(self.step_time),
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "retractions": self.scheduler.retractions,
+            "hot_admits": self.scheduler.hot_admits,
+            "hot_fallbacks": self.scheduler.hot_fallbacks,
+            "storage": self.storage.stats(),
+            "attention": self.backend.stats(),
+        }

@@ -1,0 +1,87 @@
+"""Request state as the scheduler and runner see it.
+
+A request carries its prompt, sampling parameters and the generated tokens; the scheduler
+moves it WAITING -> RUNNING -> FINISHED (or back to WAITING on retraction, in which case the
+tokens generated so far are kept and re-prefilled: recompute, never a lost request).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 128
+    temperature: float = 0.0  # 0 = greedy
+    top_k: int = -1
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be >= 1")
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+
+
+@dataclass(eq=False)
+class Request:
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    shared_prefix_len: int | None = None
+    arrival: float = field(default_factory=time.monotonic)
+    seq: int = 0  # admission order, assigned by the engine (deterministic across TP ranks)
+
+    status: Status = Status.WAITING
+    output_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    # storage / runner state (set while RUNNING)
+    handle: Any = None  # the Storage facade's per-request handle
+    row: int = -1  # row of the slot table
+    kv_len: int = 0  # tokens whose KV is in the cache for this request (cached + computed)
+    cached_tokens: int = 0  # tokens reused from the radix cache at (last) admission
+    prefix_slab: tuple[int, int] | None = None  # (hot_base, prefix_len) when the prefix is HOT
+    retractions: int = 0
+    prefill_target: int = 0  # tokens whose KV the current admission must compute
+    slots: object = None  # host copy of the prompt's slots (numpy int32)
+    first_token_time: float | None = None
+    finish_time: float | None = None
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.input_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens the request's context holds once every known token has KV."""
+        return len(self.input_ids) + len(self.output_ids)
+
+    @property
+    def needs_prefill(self) -> bool:
+        # a decode step needs the KV of every token but the last generated one
+        target = self.seq_len - (1 if self.output_ids else 0)
+        return self.kv_len < target
+
+    def check_finished(self, eos_ids: tuple[int, ...]) -> bool:
+        if not self.output_ids:
+            return False
+        last = self.output_ids[-1]
+        if len(self.output_ids) >= self.params.max_new_tokens:
+            self.finish_reason = "length"
+            return True
+        if not self.params.ignore_eos and (last in eos_ids or last in self.params.stop_token_ids):
+            self.finish_reason = "stop"
+            return True
+        return False

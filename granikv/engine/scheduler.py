@@ -1,0 +1,204 @@
+"""Continuous batching with chunked prefill, radix prefix reuse, admission against the KV
+budget, and retraction (recompute) when KV runs out.
+
+Each `schedule()` returns one step: an extend (prefill) step when waiting requests can be
+admitted, otherwise a decode step over every running request. Prefill goes first, as in
+SGLang's default policy, so new requests join the decode batch quickly. Decode batches are
+ordered by prefix class (requests sharing a slab are adjacent), which keeps each class's
+queries contiguous for the prefix passes.
+
+KV exhaustion is never an error: admission waits when the pools are full; a decode step that
+cannot grow every request retracts the most recently admitted requests (their KV is freed,
+they re-enter the waiting queue at the front, keep their generated tokens and are
+re-prefilled later). No request is lost.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from granikv.engine.request import Request, Status
+
+
+@dataclass
+class PrefillItem:
+    req: Request
+    start: int  # first position of the chunk
+    end: int  # one past the last position
+    last_chunk: bool  # sample a token after this chunk
+
+
+@dataclass
+class Step:
+    mode: str  # "extend" | "decode"
+    prefill: list[PrefillItem] = field(default_factory=list)
+    decode: list[Request] = field(default_factory=list)
+    decode_slots: list[int] = field(default_factory=list)  # the new slot of each decode request
+
+
+class Scheduler:
+    def __init__(self, storage, max_running: int, max_context: int, chunked_prefill_tokens: int,
+                 on_row_assigned=None, defer_prefix_tokens: int = 64) -> None:
+        self.storage = storage
+        self.max_running = max_running
+        self.max_context = max_context
+        self.chunk_tokens = max(1, chunked_prefill_tokens)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # admitted (prefilling or decoding)
+        self.on_row_assigned = on_row_assigned  # callback(req, slots): write the slot-table row
+        # in-batch prefix sharing: a request whose prompt starts like one still being prefilled
+        # waits for that prefill to be cached instead of recomputing (and re-storing) the prefix
+        self.defer_prefix_tokens = defer_prefix_tokens
+        self.retractions = 0
+        self.hot_admits = 0
+        self.hot_fallbacks = 0
+
+    # -- queue management --------------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        if len(req.input_ids) + req.params.max_new_tokens > self.max_context:
+            raise ValueError(
+                f"prompt ({len(req.input_ids)}) + max_new_tokens ({req.params.max_new_tokens}) "
+                f"exceeds the context limit {self.max_context}"
+            )
+        req.status = Status.WAITING
+        self.waiting.append(req)
+
+    def abort(self, req: Request) -> None:
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self._release(req, finished=False)
+        req.status = Status.FINISHED
+        req.finish_reason = req.finish_reason or "abort"
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # -- admission -----------------------------------------------------------------------------
+    def _prefix_key(self, req: Request) -> tuple[int, ...]:
+        n = req.shared_prefix_len or self.defer_prefix_tokens
+        return tuple(req.input_ids[: min(n, len(req.input_ids) - 1)])
+
+    def _admit(self, req: Request) -> bool:
+        if len(self.running) >= self.max_running:
+            return False
+        tokens = req.all_ids
+        adm = self.storage.admit(tokens, req.shared_prefix_len)
+        if adm is None:
+            return False
+        req.handle = adm
+        req.row = adm.row
+        req.cached_tokens = int(adm.cached_len)
+        req.kv_len = int(adm.cached_len)
+        req.prefill_target = len(tokens)
+        p = adm.prefix
+        req.prefix_slab = (int(p.hot_base), int(p.prefix_len)) if p is not None else None
+        if req.shared_prefix_len:
+            if p is not None:
+                self.hot_admits += 1
+            elif self.storage.system == "granikv":
+                self.hot_fallbacks += 1
+        req.slots = adm.slots
+        req.status = Status.RUNNING
+        self.running.append(req)
+        if self.on_row_assigned is not None:
+            self.on_row_assigned(req, req.slots)
+        return True
+
+    def _release(self, req: Request, finished: bool) -> None:
+        self.running.remove(req)
+        if finished:
+            self.storage.finish(req.handle, req.all_ids[: req.kv_len])
+        else:
+            self.storage.abort(req.handle)
+        req.handle = None
+        req.row = -1
+
+    def retract(self, req: Request) -> None:
+        """Free a running request's KV and queue it for recompute (front of the queue)."""
+        self._release(req, finished=False)
+        req.status = Status.WAITING
+        req.kv_len = 0
+        req.prefix_slab = None
+        req.retractions += 1
+        self.retractions += 1
+        self.waiting.appendleft(req)
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def schedule(self) -> Step | None:
+        step = self._schedule_prefill()
+        if step is not None:
+            return step
+        return self._schedule_decode()
+
+    def _schedule_prefill(self) -> Step | None:
+        budget = self.chunk_tokens
+        items: list[PrefillItem] = []
+        in_flight: set[tuple[int, ...]] = set()
+        # continue requests whose prompt is partly prefilled (chunked prefill) first
+        for req in self.running:
+            if req.kv_len < req.prefill_target:
+                in_flight.add(self._prefix_key(req))
+                if budget <= 0:
+                    continue
+                n = min(budget, req.prefill_target - req.kv_len)
+                items.append(PrefillItem(req, req.kv_len, req.kv_len + n, req.kv_len + n == req.prefill_target))
+                budget -= n
+        deferred: list[Request] = []
+        while self.waiting and budget > 0:
+            req = self.waiting[0]
+            key = self._prefix_key(req)
+            if key in in_flight and req.retractions == 0:
+                deferred.append(self.waiting.popleft())  # reuse the prefix once it is cached
+                continue
+            if not self._admit(req):
+                break
+            self.waiting.popleft()
+            in_flight.add(key)
+            if req.kv_len >= req.prefill_target:
+                # fully cached prompt: recompute the last token so there are logits to sample
+                req.kv_len = req.prefill_target - 1
+            n = min(budget, req.prefill_target - req.kv_len)
+            items.append(PrefillItem(req, req.kv_len, req.kv_len + n, req.kv_len + n == req.prefill_target))
+            budget -= n
+        self.waiting.extendleft(reversed(deferred))
+        if not items:
+            return None
+        return Step("extend", prefill=items)
+
+    def _schedule_decode(self) -> Step | None:
+        while True:
+            reqs = [r for r in self.running if r.kv_len >= r.prefill_target]
+            if not reqs:
+                return None
+            rows = np.fromiter((r.row for r in reqs), dtype=np.int64, count=len(reqs))
+            slots = self.storage.grow_batch(rows)
+            if slots is not None:
+                break
+            # out of KV: retract the newest request (its KV returns to the pools) and retry
+            if len(self.running) == 1:
+                raise RuntimeError("the KV cache cannot hold a single request: raise the KV budget "
+                                   "or lower max_context")
+            self.retract(max(self.running, key=lambda x: x.seq))
+        slot_of = dict(zip((id(r) for r in reqs), slots.tolist()))
+        reqs.sort(key=lambda r: (r.prefix_slab or (-1, 0), r.row))
+        return Step("decode", decode=reqs, decode_slots=[slot_of[id(r)] for r in reqs])
+
+    # -- after the forward -------------------------------------------------------------------
+    def commit_prefill(self, item: PrefillItem) -> None:
+        req = item.req
+        req.kv_len = item.end
+        if item.last_chunk:
+            # let requests admitted from now on share this prompt's KV (SGLang caches unfinished
+            # requests the same way); for granikv this is what makes a fresh slab shared
+            self.storage.cache_prompt(req.handle, req.all_ids[: req.kv_len])
+
+    def commit_decode(self, req: Request) -> None:
+        req.kv_len += 1
+
+    def finish(self, req: Request) -> None:
+        self._release(req, finished=True)
+        req.status = Status.FINISHED

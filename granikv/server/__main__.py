@@ -1,0 +1,74 @@
+"""`python -m granikv.server --model llama-3.1-8b --system granikv [--port 30000]`
+
+Binds 127.0.0.1 unless --host says otherwise; stops cleanly on SIGINT/SIGTERM (the engine
+thread finishes its step, the listener closes, worker processes exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from aiohttp import web
+
+from granikv.server.cli import add_engine_args, config_from_args
+
+log = logging.getLogger("granikv.server")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m granikv.server",
+                                description="GraniKV serving engine (SGLang-compatible HTTP API)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=30000, help="port (default: 30000)")
+    p.add_argument("--log-level", default="info")
+    add_engine_args(p)
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    from granikv.engine.factory import create_engine
+    from granikv.server.app import build_app
+    from granikv.server.loop import EngineLoop
+    from granikv.server.text import TextCodec
+
+    cfg = config_from_args(args)
+    log.info("starting engine: %s", cfg)
+    engine = create_engine(cfg)
+    loop = EngineLoop(engine)
+    loop.start()
+    app = build_app(loop, TextCodec(cfg.model_path))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    await site.start()
+    log.info("serving on http://%s:%d (system=%s, model=%s)", args.host, args.port, cfg.system, cfg.model)
+    print(f"granikv server ready on http://{args.host}:{args.port}", flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await runner.cleanup()
+    loop.stop()
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(serve(args))
+    except ValueError as e:  # bad configuration: say so, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,256 @@
+"""The aiohttp application: request validation, streaming, and the control endpoints.
+
+Nothing a client sends may crash the server: every malformed request gets a 4xx with a
+reason, and the engine thread only ever sees validated requests. Unknown fields that SGLang's
+own clients send (return_logprob, logprob_start_len, lora_path, ...) are accepted and ignored,
+so SGLang's benchmark client works unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from granikv.engine.request import SamplingParams
+from granikv.server.loop import EngineLoop
+from granikv.server.text import TextCodec
+
+
+class BadRequest(Exception):
+    pass
+
+
+@dataclass
+class GenerateRequest:
+    input_ids: list[int]
+    params: SamplingParams
+    stream: bool
+    shared_prefix_len: int | None
+    rid: str
+
+
+def _int(v, name: str, lo: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"{name} must be an integer, got {type(v).__name__}")
+    if lo is not None and v < lo:
+        raise BadRequest(f"{name} must be >= {lo}, got {v}")
+    return v
+
+
+def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
+    if sp is None:
+        sp = {}
+    if not isinstance(sp, dict):
+        raise BadRequest("sampling_params must be an object")
+    max_new = _int(sp.get("max_new_tokens", default_max), "max_new_tokens", 1)
+    temp = sp.get("temperature", 0.0)
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0:
+        raise BadRequest("temperature must be a number >= 0")
+    top_k = _int(sp.get("top_k", -1), "top_k")
+    ignore_eos = sp.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise BadRequest("ignore_eos must be a boolean")
+    stop_ids = sp.get("stop_token_ids") or []
+    if not isinstance(stop_ids, list):
+        raise BadRequest("stop_token_ids must be a list of integers")
+    return SamplingParams(max_new_tokens=max_new, temperature=float(temp), top_k=top_k,
+                          ignore_eos=ignore_eos, stop_token_ids=tuple(_int(t, "stop_token_ids[]") for t in stop_ids))
+
+
+class Server:
+    def __init__(self, loop: EngineLoop, codec: TextCodec) -> None:
+        self.loop = loop
+        self.engine = loop.engine
+        self.codec = codec
+        self.vocab = self.engine.spec.vocab_size
+        self.max_context = self.engine.config.max_context
+        self.started = time.time()
+
+    # -- validation -----------------------------------------------------------------------------
+    async def _json(self, request: web.Request) -> dict:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
+            raise BadRequest(f"malformed JSON: {e}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        return body
+
+    def _ids(self, ids, text, field: str = "input_ids") -> list[int]:
+        if ids is None:
+            if text is None:
+                raise BadRequest(f"one of {field} or text is required")
+            if isinstance(text, list):
+                if len(text) != 1:
+                    raise BadRequest("batched text prompts are not supported; send one request each")
+                text = text[0]
+            if not isinstance(text, str):
+                raise BadRequest("text must be a string")
+            ids = self.codec.encode(text)
+        if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
+            raise BadRequest(f"{field} must be a flat list of integers")
+        if not ids:
+            raise BadRequest(f"{field} must not be empty")
+        for t in ids:
+            if isinstance(t, bool) or not isinstance(t, int):
+                raise BadRequest(f"{field} must contain integers only")
+            if not 0 <= t < self.vocab:
+                raise BadRequest(f"token id {t} is outside the vocabulary [0, {self.vocab})")
+        return ids
+
+    def _parse_generate(self, body: dict) -> GenerateRequest:
+        ids = self._ids(body.get("input_ids"), body.get("text"))
+        params = parse_sampling(body.get("sampling_params"))
+        if len(ids) + params.max_new_tokens > self.max_context:
+            raise BadRequest(f"prompt ({len(ids)} tokens) + max_new_tokens ({params.max_new_tokens}) "
+                             f"exceeds the context length {self.max_context}")
+        hint = body.get("shared_prefix_len")
+        if hint is not None:
+            hint = _int(hint, "shared_prefix_len", 0)
+            if hint > len(ids):
+                raise BadRequest("shared_prefix_len exceeds the prompt length")
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise BadRequest("stream must be a boolean")
+        rid = body.get("rid") or uuid.uuid4().hex
+        if not isinstance(rid, str):
+            raise BadRequest("rid must be a string")
+        return GenerateRequest(ids, params, stream, hint, rid)
+
+    # -- handlers ---------------------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        if self.loop.fatal:
+            return web.json_response({"status": "error", "error": "engine thread died"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return web.json_response(self.engine.stats())
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        ok = await self.loop.flush()
+        if not ok:
+            return web.json_response({"error": "requests are running; cache not flushed"}, status=409)
+        return web.json_response({"status": "flushed"})
+
+    def _meta(self, g: GenerateRequest, ev, n_out: int) -> dict:
+        fr = {"type": ev.finish_reason} if ev.finished and ev.finish_reason else None
+        return {"id": g.rid, "prompt_tokens": len(g.input_ids), "completion_tokens": n_out,
+                "cached_tokens": ev.cached_tokens, "finish_reason": fr}
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        try:
+            g = self._parse_generate(await self._json(request))
+        except BadRequest as e:
+            return web.json_response({"error": str(e)}, status=400)
+        q = self.loop.submit(g.rid, g.input_ids, g.params, g.shared_prefix_len)
+        out: list[int] = []
+        resp = None
+        try:
+            if g.stream:
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                                   "Cache-Control": "no-cache"})
+                await resp.prepare(request)
+            while True:
+                ev = await q.get()
+                if ev.error:
+                    if resp is None:
+                        return web.json_response({"error": ev.error}, status=400)
+                    await resp.write(f"data: {json.dumps({'error': ev.error})}\n\n".encode())
+                    break
+                out.append(ev.token)
+                if resp is not None:
+                    chunk = {"text": self.codec.decode(out), "output_ids": list(out),
+                             "meta_info": self._meta(g, ev, len(out))}
+                    await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if ev.finished:
+                    break
+            if resp is None:
+                return web.json_response({"text": self.codec.decode(out), "output_ids": out,
+                                          "meta_info": self._meta(g, ev, len(out))})
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        except (ConnectionResetError, ConnectionError, RuntimeError, OSError):
+            self.loop.abort(g.rid)  # the client went away: free its KV
+            raise
+        except BaseException:
+            self.loop.abort(g.rid)
+            raise
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        """OpenAI-style completions over token ids or one text prompt."""
+        try:
+            body = await self._json(request)
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
+                                                             for t in prompt):
+                ids = self._ids(prompt, None, "prompt")
+            else:
+                ids = self._ids(None, prompt, "prompt")
+            sp = {"max_new_tokens": body.get("max_tokens", 16), "temperature": body.get("temperature", 0.0),
+                  "ignore_eos": body.get("ignore_eos", False)}
+            if body.get("top_k") is not None:
+                sp["top_k"] = body["top_k"]
+            params = parse_sampling(sp)
+            if len(ids) + params.max_new_tokens > self.max_context:
+                raise BadRequest("prompt + max_tokens exceeds the context length")
+            stream = body.get("stream", False)
+            if not isinstance(stream, bool):
+                raise BadRequest("stream must be a boolean")
+        except BadRequest as e:
+            return web.json_response({"error": {"message": str(e), "type": "invalid_request_error"}},
+                                     status=400)
+        rid = "cmpl-" + uuid.uuid4().hex
+        q = self.loop.submit(rid, ids, params, body.get("shared_prefix_len")
+                             if isinstance(body.get("shared_prefix_len"), int) else None)
+        model = self.engine.spec.name
+        out: list[int] = []
+        resp = None
+        try:
+            if stream:
+                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await resp.prepare(request)
+            while True:
+                ev = await q.get()
+                if ev.error:
+                    return web.json_response({"error": {"message": ev.error}}, status=400)
+                out.append(ev.token)
+                if resp is not None:
+                    chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
+                             "choices": [{"index": 0, "text": self.codec.decode([ev.token]),
+                                          "finish_reason": ev.finish_reason if ev.finished else None}]}
+                    await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                if ev.finished:
+                    break
+            usage = {"prompt_tokens": len(ids), "completion_tokens": len(out),
+                     "total_tokens": len(ids) + len(out)}
+            if resp is None:
+                return web.json_response({"id": rid, "object": "text_completion", "created": int(time.time()),
+                                          "model": model, "usage": usage,
+                                          "choices": [{"index": 0, "text": self.codec.decode(out),
+                                                       "finish_reason": ev.finish_reason}]})
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+        except BaseException:
+            self.loop.abort(rid)
+            raise
+
+
+def build_app(loop: EngineLoop, codec: TextCodec) -> web.Application:
+    s = Server(loop, codec)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/health", s.health)
+    app.router.add_get("/health_generate", s.health)
+    app.router.add_get("/server_info", s.server_info)
+    app.router.add_get("/get_server_info", s.server_info)
+    app.router.add_post("/flush_cache", s.flush_cache)
+    app.router.add_get("/flush_cache", s.flush_cache)
+    app.router.add_post("/generate", s.generate)
+    app.router.add_post("/v1/completions", s.completions)
+    app["server"] = s
+    return app

@@ -1,0 +1,55 @@
+"""`EngineConfig` <-> command-line flags: one flag per config field, generated, so the server's
+`--help` can never drift from the config."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from granikv.config import EngineConfig
+
+_FIELD_HELP = {
+    "model": "model name under conf/model/ (tiny, llama-3.1-8b, ...) or a dir with config.json",
+    "system": "KV storage + decode attention: paged | cascade | granikv",
+    "tp": "tensor-parallel ranks",
+    "kv_budget_gb": "cap the KV cache at this many GB (emulate a smaller GPU)",
+    "hot_fraction": "f_p: share of KV slots reserved for HOT slabs (granikv)",
+    "m_sat": "dense prefix pass when n_class*g >= m_sat (see conf/hardware/<gpu>.yaml)",
+    "num_slots": "explicit KV slot count (overrides kv_budget_gb / mem_fraction)",
+}
+
+
+def _parse_bool(s: str) -> bool:
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {s!r}")
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(EngineConfig)
+    defaults = EngineConfig()
+    for f in dataclasses.fields(EngineConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        hint = hints[f.name]
+        help_ = _FIELD_HELP.get(f.name, f.name.replace("_", " ")) + f" (default: {default})"
+        args = typing.get_args(hint)
+        if hint is bool:
+            p.add_argument(flag, type=_parse_bool, default=default, metavar="BOOL", help=help_)
+        elif f.name == "graph_batch_sizes":
+            p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x), default=default,
+                           metavar="N,N,...", help=help_)
+        else:
+            base = next((a for a in args if a is not type(None)), hint) if args else hint
+            conv = {int: int, float: float, str: str}.get(base, str)
+            p.add_argument(flag, type=conv, default=default, help=help_)
+    # alias used by SGLang-style launch commands
+    p.add_argument("--attention", dest="system", help="alias of --system")
+
+
+def config_from_args(ns: argparse.Namespace) -> EngineConfig:
+    kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineConfig) if hasattr(ns, f.name)}
+    return EngineConfig(**kw)

@@ -1,0 +1,118 @@
+"""EngineLoop: runs an Engine on its own thread and fans its outputs out to asyncio streams.
+
+The HTTP handlers live on the asyncio loop and must never block on GPU work; the engine must
+never wait for the network. Commands (add, abort, flush) cross over through a thread-safe
+queue; step outputs come back through `loop.call_soon_threadsafe` onto per-request asyncio
+queues. A request whose client went away is aborted, which frees its KV.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import traceback
+from dataclasses import dataclass
+
+from granikv.engine.engine import Engine
+from granikv.engine.request import SamplingParams
+
+
+@dataclass
+class Event:
+    token: int | None
+    finished: bool
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.cmds: queue.Queue = queue.Queue()
+        self.streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="granikv-engine", daemon=True)
+        self.fatal: str | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.stop_event.set()
+        self.cmds.put(("wake",))
+        self.thread.join(timeout)
+
+    # -- called from the asyncio side ----------------------------------------------------------
+    def submit(self, rid: str, input_ids: list[int], params: SamplingParams,
+               shared_prefix_len: int | None) -> asyncio.Queue:
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue = asyncio.Queue()
+        self.streams[rid] = (loop, q)
+        self.cmds.put(("add", rid, input_ids, params, shared_prefix_len))
+        return q
+
+    def abort(self, rid: str) -> None:
+        self.streams.pop(rid, None)
+        self.cmds.put(("abort", rid))
+
+    async def flush(self) -> bool:
+        fut = asyncio.get_running_loop().create_future()
+        self.cmds.put(("flush", fut, asyncio.get_running_loop()))
+        return await fut
+
+    # -- engine thread ------------------------------------------------------------------------
+    def _emit(self, rid: str, ev: Event) -> None:
+        s = self.streams.get(rid)
+        if s is None:
+            return
+        loop, q = s
+        loop.call_soon_threadsafe(q.put_nowait, ev)
+        if ev.finished:
+            self.streams.pop(rid, None)
+
+    def _handle(self, cmd) -> None:
+        kind = cmd[0]
+        if kind == "add":
+            _, rid, ids, params, hint = cmd
+            try:
+                self.engine.add_request(ids, params, rid=rid, shared_prefix_len=hint)
+            except ValueError as e:
+                self._emit(rid, Event(None, True, "error", error=str(e)))
+        elif kind == "abort":
+            self.engine.abort(cmd[1])
+        elif kind == "flush":
+            _, fut, loop = cmd
+            ok = self.engine.flush_cache()
+            loop.call_soon_threadsafe(fut.set_result, ok)
+
+    def _run(self) -> None:
+        eng = self.engine
+        while not self.stop_event.is_set():
+            block = not eng.has_work()
+            try:
+                cmd = self.cmds.get(block=block, timeout=0.5 if block else None)
+                self._handle(cmd)
+                while True:  # drain everything queued before the next step
+                    self._handle(self.cmds.get_nowait())
+            except queue.Empty:
+                pass
+            if not eng.has_work():
+                continue
+            try:
+                outs = eng.step()
+            except Exception:  # a bug must not silently hang every client
+                self.fatal = traceback.format_exc()
+                for rid in list(self.streams):
+                    self._emit(rid, Event(None, True, "error", error="engine failure"))
+                raise
+            for o in outs:
+                r = o.req
+                self._emit(r.rid, Event(
+                    o.token, o.finished, r.finish_reason if o.finished else None,
+                    prompt_tokens=len(r.input_ids), completion_tokens=len(r.output_ids),
+                    cached_tokens=r.cached_tokens,
+                ))

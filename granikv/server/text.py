@@ -1,0 +1,34 @@
+"""Text <-> token ids for the HTTP API.
+
+Benchmarks send token ids, so text is a convenience: with a local Hugging Face tokenizer
+(the model dir given by --model-path holds one) text round-trips through it; without one, the
+server uses a documented fallback — prompts are UTF-8 bytes (ids 0..255, which every model's
+vocabulary covers) and each output id renders as " <id>" — so clients that need non-empty
+text chunks (SGLang's bench_serving) always get them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TextCodec:
+    def __init__(self, model_path: str | None = None) -> None:
+        self.tok = None
+        if model_path and (Path(model_path) / "tokenizer_config.json").exists():
+            try:
+                from transformers import AutoTokenizer
+
+                self.tok = AutoTokenizer.from_pretrained(model_path)
+            except Exception:  # pragma: no cover - a broken local tokenizer falls back
+                self.tok = None
+
+    def encode(self, text: str) -> list[int]:
+        if self.tok is not None:
+            return list(self.tok.encode(text, add_special_tokens=False))
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        if self.tok is not None:
+            return self.tok.decode(ids)
+        return "".join(f" <{i}>" for i in ids)
