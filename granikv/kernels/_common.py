@@ -82,14 +82,16 @@ def num_splits_for(n, MIN_SPLIT_LEN: tl.constexpr, max_splits):
 def online_softmax_step(q, k, v, m_i, l_i, acc, qk_scale, valid, MASKED: tl.constexpr, PREC: tl.constexpr):
     """One key tile of flash attention. q [M, D], k/v [N, D]; `valid` [M, N] or [1, N] marks keys
     a row may see (used only when MASKED). Returns the updated (m, l, acc), base-2 scores."""
-    qk = tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+    qk = tl.dot(q, tl.trans(k), input_precision=PREC)
     if MASKED:
         qk = tl.where(valid, qk, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(qk, 1))
+    # the scale is folded into the max and into one FMA per score (qk * scale - m), not a
+    # separate multiply pass over the tile
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
     # a row that has seen no valid key yet keeps m = -inf; shift by 0 so no inf - inf appears
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(qk - m_safe[:, None])
+    p = tl.exp2(qk * qk_scale - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
     return m_new, l_i, acc

@@ -32,7 +32,7 @@ from granikv.kernels._common import (
     stages_for,
     upcast_flag,
 )
-from granikv.kernels.splits import SplitWorkspace, combine_splits
+from granikv.kernels.splits import SplitWorkspace, combine_decode
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class DecodeConfig:
 @triton.jit
 def _decode_kernel(
     Q, K, V, SlotTable, Rows, KvStart, KvLen,
-    O, Lse, PartO, PartLse, NumSplits,
+    O, Lse, PartO, PartLse,
     qk_scale, max_splits,
     s_q_b, s_q_h,
     s_k_s, s_k_h, s_v_s, s_v_h,
@@ -104,8 +104,6 @@ def _decode_kernel(
             tl.store(PartO + b * s_po_r + hq[:, None] * s_po_h + s * s_po_s + offs_d[None, :], o,
                      mask=gmask[:, None])
             tl.store(PartLse + b * s_pl_r + hq * s_pl_h + s, lse2, mask=gmask)
-            if (h == 0) & (s == 0):
-                tl.store(NumSplits + b, nsplit)
 
 
 def decode_max_splits(batch: int, num_kv_heads: int, device: torch.device, cfg: DecodeConfig | None = None,
@@ -162,12 +160,12 @@ def decode_paged(
             workspace = SplitWorkspace.allocate(bsz, hq, max_splits, d, q.device)
         elif not workspace.fits(bsz, hq, max_splits, d):
             raise ValueError("workspace too small for this launch")
-        po, pl, ns = workspace.o, workspace.lse, workspace.num_splits
+        po, pl = workspace.o, workspace.lse
     else:
-        po, pl, ns = out, lse, kv_len  # unused by the kernel in the direct path
+        po, pl = out, lse  # unused by the kernel in the direct path
     _decode_kernel[(bsz, hkv, max_splits)](
         q, k_cache, v_cache, slot_table, rows, kv_start, kv_len,
-        out, lse, po, pl, ns,
+        out, lse, po, pl,
         sm_scale * LOG2E, max_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
@@ -181,5 +179,5 @@ def decode_paged(
         num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
     if max_splits > 1:
-        combine_splits(workspace, bsz, hq, max_splits, out, lse)
+        combine_decode(workspace, kv_len, max_splits, cfg.min_split_len, out, lse)
     return out, lse

@@ -25,6 +25,7 @@ from granikv.kernels._common import (
     check_cache,
     dot_precision,
     finish_rows,
+    interpreted,
     num_sms,
     num_splits_for,
     online_softmax_step,
@@ -32,7 +33,7 @@ from granikv.kernels._common import (
     upcast_flag,
 )
 from granikv.kernels.prefix_classes import PrefixClasses
-from granikv.kernels.splits import SplitWorkspace, combine_splits
+from granikv.kernels.splits import SplitWorkspace, combine_prefix
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class PrefixConfig:
     min_split_len: int = 256
     target_programs: int = 2  # x SMs
     max_splits_cap: int = 32
+    tma: bool = False  # slab tiles via TMA descriptors (bf16/fp16 on the GPU, and the interpreter)
 
 
 CASCADE_CONFIG = PrefixConfig()
@@ -53,8 +55,8 @@ CASCADE_CONFIG = PrefixConfig()
 
 @triton.jit
 def _prefix_kernel(
-    Q, K, V, Indptr, Reqs, PrefixLen, SlabBase, PageRows, SlotTable,
-    O, Lse, PartO, PartLse, NumSplits,
+    Q, K, V, KDesc, VDesc, Indptr, Reqs, PrefixLen, SlabBase, PageRows, SlotTable,
+    O, Lse, PartO, PartLse,
     qk_scale, max_splits, TILES,
     s_q_b, s_q_h,
     s_k_s, s_k_h, s_v_s, s_v_h,
@@ -63,7 +65,7 @@ def _prefix_kernel(
     s_po_r, s_po_h, s_po_s, s_pl_r, s_pl_h,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MIN_SPLIT_LEN: tl.constexpr, DIRECT: tl.constexpr,
-    SLAB: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr,
+    SLAB: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr,
 ):
     c = tl.program_id(0) // TILES
     mt = tl.program_id(0) % TILES
@@ -94,7 +96,8 @@ def _prefix_kernel(
         k_base = K + h * s_k_h
         v_base = V + h * s_v_h
         if SLAB:
-            base = tl.load(SlabBase + c).to(tl.int64)
+            slab_row = tl.load(SlabBase + c)
+            base = slab_row.to(tl.int64)
             k_base += base * s_k_s
             v_base += base * s_v_s
         else:
@@ -102,15 +105,19 @@ def _prefix_kernel(
         # full tiles: no masks
         for pos in tl.range(lo, full_hi, BLOCK_N):
             offs_n = pos + tl.arange(0, BLOCK_N)
-            if SLAB:
-                kp = k_base + offs_n[:, None] * s_k_s + offs_d[None, :]
-                vp = v_base + offs_n[:, None] * s_v_s + offs_d[None, :]
+            if USE_TMA:  # slab tiles through the bulk tensor copy engine (2-D view [slots, H_kv*d])
+                k = KDesc.load([slab_row + pos, h * D])
+                v = VDesc.load([slab_row + pos, h * D])
             else:
-                slots = tl.load(table + offs_n).to(tl.int64)
-                kp = k_base + slots[:, None] * s_k_s + offs_d[None, :]
-                vp = v_base + slots[:, None] * s_v_s + offs_d[None, :]
-            k = tl.load(kp)
-            v = tl.load(vp)
+                if SLAB:
+                    kp = k_base + offs_n[:, None] * s_k_s + offs_d[None, :]
+                    vp = v_base + offs_n[:, None] * s_v_s + offs_d[None, :]
+                else:
+                    slots = tl.load(table + offs_n).to(tl.int64)
+                    kp = k_base + slots[:, None] * s_k_s + offs_d[None, :]
+                    vp = v_base + slots[:, None] * s_v_s + offs_d[None, :]
+                k = tl.load(kp)
+                v = tl.load(vp)
             if UPCAST:
                 k = k.to(tl.float32)
                 v = v.to(tl.float32)
@@ -142,8 +149,6 @@ def _prefix_kernel(
             tl.store(PartO + req[:, None] * s_po_r + hq[:, None] * s_po_h + s * s_po_s + offs_d[None, :], o,
                      mask=rmask[:, None])
             tl.store(PartLse + req * s_pl_r + hq * s_pl_h + s, lse2, mask=rmask)
-            if (h == 0) & (s == 0):
-                tl.store(NumSplits + req, nsplit, mask=rmask & (offs_m % G == 0))
 
 
 def prefix_max_splits(classes: PrefixClasses, batch: int, g: int, num_kv_heads: int, device,
@@ -182,18 +187,26 @@ def run_prefix_pass(
             workspace = SplitWorkspace.allocate(bsz, hq, max_splits, d, q.device)
         elif not workspace.fits(bsz, hq, max_splits, d):
             raise ValueError("workspace too small for this launch")
-        workspace.num_splits[:bsz].zero_()
-        po, pl, ns = workspace.o, workspace.lse, workspace.num_splits
+        po, pl = workspace.o, workspace.lse
     else:
-        po, pl, ns = out, lse, classes.indptr
+        po, pl = out, lse  # unused by the kernel in the direct path
     tiles = triton.cdiv(classes.grid_class_size() * g, cfg.block_m)
     slab = classes.is_slab
     table = classes.slot_table if classes.slot_table is not None else classes.indptr
+    use_tma = (cfg.tma and slab and k_cache.is_contiguous() and v_cache.is_contiguous()
+               and (interpreted() or q.element_size() == 2))
+    if use_tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        kd = TensorDescriptor.from_tensor(k_cache.view(k_cache.shape[0], hkv * d), [cfg.block_n, d])
+        vd = TensorDescriptor.from_tensor(v_cache.view(v_cache.shape[0], hkv * d), [cfg.block_n, d])
+    else:
+        kd, vd = k_cache, v_cache
     _prefix_kernel[(nc * tiles, hkv, max_splits)](
-        q, k_cache, v_cache, classes.indptr, classes.reqs, classes.prefix_len,
+        q, k_cache, v_cache, kd, vd, classes.indptr, classes.reqs, classes.prefix_len,
         classes.slab_base if slab else classes.indptr,
         classes.page_rows if not slab else classes.indptr, table,
-        out, lse, po, pl, ns,
+        out, lse, po, pl,
         sm_scale * LOG2E, max_splits, tiles,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
@@ -203,11 +216,12 @@ def run_prefix_pass(
         pl.stride(0), pl.stride(1),
         G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         MIN_SPLIT_LEN=cfg.min_split_len, DIRECT=max_splits == 1,
-        SLAB=slab, UPCAST=upcast_flag(q), PREC=dot_precision(q),
+        SLAB=slab, USE_TMA=use_tma, UPCAST=upcast_flag(q), PREC=dot_precision(q),
         num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
     if max_splits > 1:
-        combine_splits(workspace, bsz, hq, max_splits, out, lse)
+        combine_prefix(workspace, classes.indptr, classes.reqs, classes.prefix_len, max_splits,
+                       cfg.min_split_len, out, lse)
     return out, lse
 
 

@@ -96,64 +96,39 @@ SMOKE = Plan(
 
 DECODE_CANDIDATES = [
     DecodeConfig(block_n=bn, num_warps=w, num_stages=s)
-    for bn, w, s in [
-        (32, 4, 3),
-        (32, 4, 4),
-        (64, 4, 2),
-        (64, 4, 3),
-        (64, 4, 4),
-        (64, 8, 3),
-        (64, 8, 4),
-        (128, 4, 2),
-        (128, 8, 2),
-        (128, 8, 3),
-        (16, 4, 4),
-    ]
+    for bn, w, s in [(64, 4, 3), (64, 4, 4), (128, 8, 3), (32, 4, 4), (128, 4, 2)]
 ]
+_DENSE = dict(min_split_len=1024, target_programs=1, max_splits_cap=8)
 DENSE_CANDIDATES = [
-    PrefixConfig(
-        block_m=bm,
-        block_n=bn,
-        num_warps=w,
-        num_stages=s,
-        min_split_len=1024,
-        target_programs=1,
-        max_splits_cap=8,
-    )
-    for bm, bn, w, s in [
-        (128, 64, 8, 3),
-        (128, 128, 8, 3),
-        (128, 64, 8, 4),
-        (128, 128, 8, 2),
-        (64, 64, 4, 3),
-        (64, 128, 4, 3),
-        (128, 64, 4, 3),
-        (128, 32, 4, 4),
+    PrefixConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, tma=tma, **_DENSE)
+    for bm, bn, w, s, tma in [
+        (128, 128, 8, 3, False),
+        (128, 128, 8, 3, True),
+        (128, 64, 8, 3, True),
+        (128, 64, 8, 4, True),
+        (128, 128, 8, 2, True),
+        (64, 64, 4, 3, False),
+        (64, 64, 4, 3, True),
+        (64, 128, 4, 3, True),
     ]
 ]
 CASCADE_CANDIDATES = [
-    PrefixConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, min_split_len=256, target_programs=tp)
-    for bm, bn, w, s in [
-        (16, 64, 4, 3),
-        (32, 64, 4, 3),
-        (64, 64, 4, 3),
-        (64, 128, 4, 3),
-        (32, 128, 4, 3),
-        (64, 64, 4, 4),
+    PrefixConfig(
+        block_m=bm, block_n=bn, num_warps=w, num_stages=s, min_split_len=256, target_programs=tp, tma=tma
+    )
+    for bm, bn, w, s, tp, tma in [
+        (64, 128, 4, 3, 1, False),
+        (64, 128, 4, 3, 1, True),
+        (64, 64, 4, 3, 2, False),
+        (64, 64, 4, 3, 2, True),
+        (64, 64, 4, 3, 1, True),
+        (32, 64, 4, 3, 2, True),
+        (64, 128, 4, 3, 2, True),
     ]
-    for tp in (1, 2, 4)
 ]
 EXTEND_CANDIDATES = [
     ExtendConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s)
-    for bm, bn, w, s in [
-        (128, 64, 8, 3),
-        (128, 128, 8, 3),
-        (128, 64, 8, 4),
-        (64, 64, 4, 3),
-        (128, 64, 4, 3),
-        (64, 128, 4, 3),
-        (128, 128, 8, 2),
-    ]
+    for bm, bn, w, s in [(128, 64, 4, 3), (128, 128, 8, 3), (128, 64, 4, 4), (128, 64, 4, 2), (128, 32, 4, 4)]
 ]
 
 
@@ -375,12 +350,16 @@ def ceilings(bn: Bench) -> dict:
     src = torch.empty(p.copy_mib * 2**20 // 2, device=bn.dev, dtype=torch.bfloat16).normal_()
     dst = torch.empty_like(src)
     t_copy = bench(lambda: dst.copy_(src), rep_ms=p.rep_ms)
+    src4 = torch.empty(p.copy_mib * 2**20 // 2, device=bn.dev, dtype=torch.float32).normal_()
+    dst4 = torch.empty_like(src4)
+    t_copy4 = bench(lambda: dst4.copy_(src4), rep_ms=p.rep_ms)
     a = torch.randn(p.gemm_n, p.gemm_n, device=bn.dev, dtype=bn.dtype)
     b = torch.randn(p.gemm_n, p.gemm_n, device=bn.dev, dtype=bn.dtype)
     c = torch.empty_like(a)
     t_gemm = bench(lambda: torch.matmul(a, b, out=c), rep_ms=p.rep_ms)
     out = {
         "copy_GBps_read_plus_write": round(2 * src.numel() * 2 / t_copy.us / 1e3, 1),
+        "copy_GBps_read_plus_write_fp32_2x": round(2 * src4.numel() * 4 / t_copy4.us / 1e3, 1),
         "gemm_bf16_TFLOPs": round(2 * p.gemm_n**3 / t_gemm.us / 1e6, 1),
     }
     print(f"ceilings: {out}", flush=True)
@@ -403,7 +382,7 @@ def tune(bn: Bench) -> dict[str, object]:
             rows.append((t.us, cfg, used))
             print(f"  tune decode {cfg} splits={used}: {t.us:.1f} us", flush=True)
     rows.sort(key=lambda r: r[0])
-    for _, cfg, _ in rows[:2]:  # does a second split help the best two (tail of the last wave)?
+    for _, cfg, _ in rows[:1]:  # does a second split help the best (tail of the last wave)?
         fn, used = bn.decode_fn(q, table, length, cfg, max_splits=2)
         t = bn.time(fn)
         if t:
@@ -417,7 +396,7 @@ def tune(bn: Bench) -> dict[str, object]:
 
     rows = []
     for cfg in DENSE_CANDIDATES[:lim]:
-        for ms in (None, 1, 2, 4)[:lim]:
+        for ms in (2, 4)[:lim]:
             fn, used = bn.prefix_fn("prefix_dense", q, length, cfg, max_splits=ms)
             t = bn.time(fn)
             if t:
@@ -677,33 +656,38 @@ def sweep(bn: Bench, best: dict) -> None:
 
 
 def fit_m_sat(records: list[dict], gs, lps, batches) -> dict:
-    """Per g, the smallest swept M_eff from which the faster dense form beats cascade at every
-    larger swept batch; the largest such value over Lp (a class that crosses at one length
-    but not another stays on cascade). A length with no crossover counts as 2 x max M_eff."""
-    fit: dict = {"by_g": {}, "crossover": {}}
+    """Per g, the dispatch threshold that serves the sweep best: for each candidate M_sat (every
+    swept M_eff = B*g, or "never"), dispatch every (B, Lp) cell to dense when B*g >= M_sat and
+    to cascade otherwise, and score the candidate by the mean over cells of the dispatched
+    time / the faster pass's time (1.0 = always the right pass). The smallest candidate with
+    the lowest score wins. Dense here is the faster of its fused and cuBLAS forms."""
+    fit: dict = {"by_g": {}, "regret": {}, "rule": "min mean(t_dispatched / t_best) over the B x Lp sweep"}
+    never = 2 * max(batches) * max(gs)
+
     for g in gs:
-        worst = 0
-        for length in lps:
 
-            def t(op, b, g=g, length=length):
-                xs = [
-                    r["us"]
-                    for r in records
-                    if r.get("sweep") and r["op"] == op and r["g"] == g and r["Lp"] == length and r["B"] == b
-                ]
-                return min(xs) if xs else math.inf
+        def t(op, b, length, g=g):
+            xs = [
+                r["us"]
+                for r in records
+                if r.get("sweep") and r["op"] == op and r["g"] == g and r["Lp"] == length and r["B"] == b
+            ]
+            return min(xs) if xs else math.inf
 
-            cross = None
-            for b in sorted(batches, reverse=True):
-                dense = min(t("prefix_dense", b), t("prefix_dense_cublas", b))
-                if dense <= t("prefix_cascade", b):
-                    cross = b
-                else:
-                    break
-            m = cross * g if cross is not None else 2 * max(batches) * g
-            fit["crossover"][f"g{g}_Lp{length}"] = cross * g if cross is not None else None
-            worst = max(worst, m)
-        fit["by_g"][g] = worst
+        cells = [(b, length) for b in batches for length in lps]
+        cascade = {c: t("prefix_cascade", *c) for c in cells}
+        dense = {c: min(t("prefix_dense", *c), t("prefix_dense_cublas", *c)) for c in cells}
+        scores = {}
+        for m in sorted({b * g for b in batches}) + [never]:
+            ratios = []
+            for c in cells:
+                best = min(cascade[c], dense[c])
+                if math.isfinite(best):
+                    ratios.append((dense[c] if c[0] * g >= m else cascade[c]) / best)
+            scores[m] = sum(ratios) / max(1, len(ratios))
+        best_m = min(scores, key=lambda m: (round(scores[m], 4), m))
+        fit["by_g"][g] = best_m
+        fit["regret"][g] = {str(m): round(v, 4) for m, v in scores.items()}
     return fit
 
 
@@ -764,8 +748,9 @@ def write_hardware_yaml(path: Path, fit: dict, source: str) -> str:
     by_g = fit["by_g"]
     lines = [
         M_SAT_BEGIN,
-        f"# fitted from {source}: the smallest M_eff = B*g from which the dense prefix pass beats",
-        "# the cascade pass at every larger swept batch, worst case over Lp in {2K, 8K, 16K}.",
+        f"# fitted from {source}: per GQA ratio g, the M_eff = B*g threshold (dense when",
+        "# M_eff >= m_sat, else cascade) with the lowest mean dispatched/best time over the",
+        "# B x Lp sweep; a value above every swept M_eff means dense never paid off there.",
         f"m_sat: {by_g.get(4, next(iter(by_g.values())))}  # g = 4 (Llama-3.1-8B), the engine default",
         "m_sat_by_g:",
     ]
@@ -807,7 +792,7 @@ def print_table(bn: Bench, summary: dict) -> None:
     print("\n== bars ==")
     for k, v in summary["bars"].items():
         print(f"{k}: {v}")
-    print(f"m_sat: {summary['m_sat']}")
+    print(f"m_sat: {summary['m_sat']['by_g']}  regret: {summary['m_sat']['regret']}")
 
 
 def main(argv: list[str] | None = None) -> int:

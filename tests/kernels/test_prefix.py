@@ -90,6 +90,16 @@ def test_dense_fused(g_ratio, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_slab_tiles_through_tma_descriptors(d, dtype):
+    """The TMA path reads full slab tiles by descriptor, the ragged tail by pointers."""
+    cfg = PrefixConfig(block_m=32, block_n=16, min_split_len=32, tma=True)
+    _check(prefix_dense, "slab", 4, d, MEMBERS, LENS, 9, dtype, seed=50 + d, impl="fused", cfg=cfg,
+           max_splits=2)
+    _check(prefix_cascade, "slab", 5, d, MEMBERS, [0, 33, 16], 9, dtype, seed=60 + d, cfg=cfg, max_splits=1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_dense_fused_default_config(dtype):
     _check(prefix_dense, "slab", 8, 128, [[1, 0], [2]], [131, 64], 3, dtype, seed=30, impl="fused")
 
