@@ -1,0 +1,267 @@
+"""The HTTP server under good and bad clients: SGLang-native streaming, OpenAI completions,
+32 concurrent streams, a client that disconnects mid-stream (its KV is freed), and every kind
+of malformed request answered with a 4xx and a reason while the server keeps serving."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import aiohttp
+import pytest
+from aiohttp import web
+from engine_testutil import tiny_config
+
+from granikv.engine.engine import Engine
+from granikv.server.app import build_app
+from granikv.server.loop import EngineLoop
+from granikv.server.text import TextCodec
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    engine = Engine(tiny_config("granikv", kernel_impl="torch", max_running=48, max_context=256))
+    loop = EngineLoop(engine)
+    loop.start()
+    port = _free_port()
+    ready = threading.Event()
+    state = {}
+
+    def serve():
+        aloop = asyncio.new_event_loop()
+        state["loop"] = aloop
+        runner = web.AppRunner(build_app(loop, TextCodec()))
+        aloop.run_until_complete(runner.setup())
+        aloop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        state["runner"] = runner
+        ready.set()
+        aloop.run_forever()
+        aloop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert ready.wait(30)
+    yield f"http://127.0.0.1:{port}", engine
+    state["loop"].call_soon_threadsafe(state["loop"].stop)
+    t.join(10)
+    loop.stop()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _stream(session, url, payload):
+    events = []
+    async with session.post(url + "/generate", json=payload) as r:
+        assert r.status == 200, await r.text()
+        async for raw in r.content:
+            line = raw.decode().strip()
+            if not line.startswith("data:"):
+                continue
+            body = line[5:].strip()
+            if body == "[DONE]":
+                events.append("[DONE]")
+                break
+            events.append(json.loads(body))
+    return events
+
+
+def test_streaming_format_is_sglang_native(server):
+    url, _ = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            # the extra fields SGLang's bench_serving sends must be accepted
+            payload = {"input_ids": list(range(1, 40)), "stream": True, "return_logprob": False,
+                       "logprob_start_len": -1, "lora_path": None,
+                       "sampling_params": {"max_new_tokens": 5, "ignore_eos": True, "temperature": 0.0}}
+            return await _stream(s, url, payload)
+
+    ev = run(go())
+    assert ev[-1] == "[DONE]"
+    chunks = ev[:-1]
+    assert len(chunks) == 5
+    for i, c in enumerate(chunks, 1):
+        assert c["text"]  # bench_serving skips chunks with empty text
+        assert c["meta_info"]["completion_tokens"] == i
+        assert c["meta_info"]["prompt_tokens"] == 39
+        assert len(c["output_ids"]) == i
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length"}
+
+
+def test_non_streaming_and_openai_completions(server):
+    url, _ = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/generate", json={"input_ids": [5, 6, 7],
+                                                       "sampling_params": {"max_new_tokens": 3}}) as r:
+                a = (r.status, await r.json())
+            async with s.post(url + "/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 3}) as r:
+                b = (r.status, await r.json())
+            async with s.post(url + "/v1/completions", json={"prompt": "hello", "max_tokens": 2}) as r:
+                c = (r.status, await r.json())
+        return a, b, c
+
+    a, b, c = run(go())
+    assert a[0] == 200 and len(a[1]["output_ids"]) == 3
+    assert b[0] == 200 and b[1]["usage"]["completion_tokens"] == 3
+    assert c[0] == 200 and c[1]["usage"]["prompt_tokens"] == 5
+
+
+def test_32_concurrent_streams(server):
+    url, engine = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            prefix = list(range(100, 160))
+            payloads = [{"input_ids": prefix + [i + 1, i + 2], "stream": True, "shared_prefix_len": 60,
+                         "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}} for i in range(32)]
+            return await asyncio.gather(*(_stream(s, url, p) for p in payloads))
+
+    results = run(go())
+    assert all(len(r) == 9 and r[-1] == "[DONE]" for r in results)
+
+
+def test_disconnect_mid_stream_frees_kv(server):
+    url, engine = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            payload = {"input_ids": list(range(1, 30)), "stream": True,
+                       "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+            async with s.post(url + "/generate", json=payload) as r:
+                n = 0
+                async for raw in r.content:
+                    if raw.startswith(b"data:"):
+                        n += 1
+                    if n >= 3:
+                        break  # leave while the request is still generating
+        # the engine drops the request and returns its KV
+        for _ in range(100):
+            async with aiohttp.ClientSession() as s, s.get(url + "/server_info") as r:
+                info = await r.json()
+            if info["running"] == 0 and info["storage"]["live_requests"] == 0:
+                return info
+            await asyncio.sleep(0.1)
+        return info
+
+    info = run(go())
+    assert info["running"] == 0 and info["storage"]["live_requests"] == 0
+
+
+BAD = [
+    (b"{not json", "malformed JSON"),
+    (json.dumps([1, 2]).encode(), "JSON object"),
+    (json.dumps({"input_ids": []}).encode(), "must not be empty"),
+    (json.dumps({"input_ids": [1, 99999]}).encode(), "outside the vocabulary"),
+    (json.dumps({"input_ids": [1, -3]}).encode(), "outside the vocabulary"),
+    (json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 0}}).encode(), "max_new_tokens"),
+    (json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": -5}}).encode(), "max_new_tokens"),
+    (json.dumps({"input_ids": "abc"}).encode(), "list of integers"),
+    (json.dumps({"input_ids": [1, "x"]}).encode(), "integers only"),
+    (json.dumps({"input_ids": [1, 2.5]}).encode(), "integers only"),
+    (json.dumps({"input_ids": [1, 2], "sampling_params": "fast"}).encode(), "sampling_params"),
+    (json.dumps({"input_ids": [1, 2], "sampling_params": {"temperature": -1}}).encode(), "temperature"),
+    (json.dumps({"input_ids": [1, 2], "stream": "yes"}).encode(), "stream"),
+    (json.dumps({"input_ids": list(range(300))}).encode(), "context length"),
+    (json.dumps({"input_ids": [1, 2], "shared_prefix_len": 9}).encode(), "shared_prefix_len"),
+    (json.dumps({}).encode(), "required"),
+]
+
+
+@pytest.mark.parametrize("body,reason", BAD)
+def test_bad_requests_get_4xx_with_reason(server, body, reason):
+    url, _ = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/generate", data=body, headers={"Content-Type": "application/json"}) as r:
+                bad = (r.status, await r.text())
+            async with s.get(url + "/health") as r:
+                ok = r.status
+        return bad, ok
+
+    (status, text), health = run(go())
+    assert 400 <= status < 500
+    assert reason in text
+    assert health == 200
+
+
+def test_health_info_flush(server):
+    url, _ = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(url + "/health") as r:
+                h = r.status
+            async with s.get(url + "/server_info") as r:
+                info = await r.json()
+            t0 = time.time()
+            while True:
+                async with s.post(url + "/flush_cache") as r:
+                    f = r.status
+                if f == 200 or time.time() - t0 > 10:
+                    break
+                await asyncio.sleep(0.1)
+        return h, info, f
+
+    h, info, f = run(go())
+    assert h == 200 and f == 200
+    assert info["config"]["system"] == "granikv"
+    assert "dense_steps" in info["attention"]
+
+
+def test_cli_help_lists_every_config_field():
+    import dataclasses
+    import subprocess
+    import sys
+
+    from granikv.config import EngineConfig
+
+    out = subprocess.run([sys.executable, "-m", "granikv.server", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0
+    for f in dataclasses.fields(EngineConfig):
+        assert "--" + f.name.replace("_", "-") in out.stdout
+    assert "127.0.0.1" in out.stdout
+
+
+def test_server_process_serves_and_stops_on_sigterm():
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "granikv.server", "--model", "tiny", "--kernel-impl", "torch",
+                             "--num-slots", "2048", "--max-running", "8", "--max-context", "256",
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.time()
+        line = ""
+        while "ready" not in line and time.time() - t0 < 120:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+        assert "ready" in line, "server did not start"
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/generate", method="POST",
+                                     data=json.dumps({"input_ids": [1, 2, 3],
+                                                      "sampling_params": {"max_new_tokens": 2}}).encode())
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert len(json.loads(r.read())["output_ids"]) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
