@@ -114,16 +114,13 @@ class Storage:
             pages = slots[:: self.P] // self.P
             self.pool.free_pages(pages)
             return pages.size * self.P
-        self.pool.free(slots)
+        self.pool.free(slots)  # COLD (granikv): lent HOT slots go home
         return len(slots)
 
     def _free_private(self, slots: np.ndarray) -> None:
         if slots.size == 0:
             return
-        if self.P == 1:
-            self.pool.free(slots)
-        else:
-            self.pool.free_pages(np.unique(slots // self.P))
+        self.pool.free_pages(slots if self.P == 1 else np.unique(slots // self.P))
 
     def _alloc_pages(self, n: int) -> np.ndarray | None:
         if n == 0:
@@ -260,8 +257,7 @@ class Storage:
         return int(self.seq_lens[adm.row])
 
     def _segments(self, adm: Admission, n: int) -> list[Segment]:
-        kind = PAGED if self.P > 1 else COLD
-        return [Segment(0, n, kind)]
+        return [Segment(0, n, PAGED)]
 
     def cache_prompt(self, adm: Admission, tokens) -> int:
         """Insert the first len(tokens) positions (their KV must be written) into the radix tree
@@ -453,7 +449,9 @@ class GraniKVStorage(Storage):
         if Lp is not None and run < Lp and m.length < Lp:
             # The named prefix is not cached whole: give it a fresh slab (recomputing any partly
             # cached head, so the prefix is one contiguous range), or fall back to COLD (B.10).
+            self.radix.lock(m.node)  # evicting cached slabs must not take the match we may fall back on
             slab = self.policy.alloc_slab(Lp)
+            self.radix.unlock(m.node)
             if slab is not None:
                 slab_slots = np.arange(slab.base, slab.end, dtype=np.int32)
                 adm = self._place(tokens, self.radix.root, slab_slots, Lp,

@@ -1,0 +1,286 @@
+import numpy as np
+import pytest
+import torch
+
+from granikv.config import EngineConfig
+from granikv.memory import GraniKVStorage, KVCache, PagedStorage, make_storage, storage_from_config
+
+
+def seq(start, n):
+    return list(range(start, start + n))
+
+
+def drain(st):
+    for adm in list(st.live.values()):
+        st.abort(adm)
+    st.flush()
+    st.audit()
+
+
+# ---------------------------------------------------------------------------------------------- paged
+def test_paged_prefix_sharing_is_page_aligned():
+    st = make_storage("paged", 400, page_size=4, max_running=4, max_context=100, check=True)
+    prefix = seq(1000, 10)
+    a = st.admit(prefix + [1, 2])
+    assert a.cached_len == 0 and a.prefix is None
+    assert st.cache_prompt(a, prefix + [1, 2]) == 12
+    b = st.admit(prefix + [7, 7, 7])
+    assert b.cached_len == 8  # 10 shared tokens, rounded down to pages
+    assert b.slots[:8].tolist() == a.slots[:8].tolist()
+    assert b.slots[8] % 4 == 0  # the rest starts on a fresh page
+    st.audit()
+    drain(st)
+    assert st.available() == st.pool.capacity
+
+
+def test_paged_grow_fills_pages_in_order():
+    st = make_storage("cascade", 400, page_size=4, max_running=4, max_context=100, check=True)
+    a = st.admit(seq(0, 5))  # 2 pages, 3 slots of room
+    b = st.admit(seq(50, 4))  # 1 page, full
+    base = a.slots[4]
+    s = st.grow_batch(np.array([a.row, b.row]))
+    assert s[0] == base + 1 and s[1] % 4 == 0
+    s2 = st.grow(a, 4)
+    assert s2.tolist()[:2] == [base + 2, base + 3] and s2[2] % 4 == 0
+    st.audit()
+    st.finish(a, seq(0, 5) + [9] * 5)  # 10 tokens: 8 cached, the tail page freed
+    assert st.radix.cached_slots == 8
+    st.abort(b)
+    st.audit()
+
+
+def test_paged_admission_evicts_lru_cache_and_fails_when_locked():
+    st = make_storage("paged", 65, page_size=4, max_running=4, max_context=64, check=True)
+    cap = st.pool.capacity  # 15 pages = 60 slots
+    a = st.admit(seq(0, 40))
+    st.finish(a, seq(0, 40))
+    assert st.radix.cached_slots == 40 and st.available() == cap - 40
+    b = st.admit(seq(500, 40))  # needs eviction of the cached prompt
+    assert b is not None and st.counters.evicted_slots >= 20
+    st.audit()
+    assert st.admit(seq(900, 40)) is None  # b is locked: nothing more to evict
+    st.audit()
+    st.abort(b)
+    drain(st)
+
+
+def test_grow_batch_all_or_nothing():
+    st = make_storage("paged", 33, page_size=4, max_running=4, max_context=64, check=True)
+    a = st.admit(seq(0, 16))
+    b = st.admit(seq(100, 12))
+    assert st.pool.num_free_pages == 0
+    assert st.grow_batch(np.array([a.row, b.row])) is None
+    assert st.seq_len(a) == 16 and st.seq_len(b) == 12
+    st.audit()
+
+
+# -------------------------------------------------------------------------------------------- granikv
+def gk(num_slots=1001, hot_fraction=0.2, **kw):
+    kw.setdefault("max_running", 8)
+    kw.setdefault("max_context", 600)
+    kw.setdefault("min_prefix_for_hot", 16)
+    return make_storage("granikv", num_slots, hot_fraction=hot_fraction, check=True, **kw)
+
+
+def test_granikv_explicit_prefix_goes_to_a_slab_and_is_shared():
+    st = gk()
+    P = seq(5000, 64)
+    a = st.admit(P + [1, 2, 3], shared_prefix_len=64)
+    assert a.prefix is not None and a.cached_len == 0
+    base = a.prefix.hot_base
+    assert a.slots[:64].tolist() == seq(base, 64)
+    assert st.hot.start <= base and base + 64 <= st.hot.end
+    assert all(s >= st.hot.end for s in a.slots[64:])  # suffix in COLD
+    st.cache_prompt(a, P + [1, 2, 3])
+    b = st.admit(P + [7, 8], shared_prefix_len=64)
+    assert b.cached_len == 64 and b.prefix == a.prefix
+    c = st.admit(P + [9])  # no explicit boundary: still reads the slab
+    assert c.prefix is not None and c.prefix.hot_base == base
+    assert st.counters.hot_admits == 1 and st.counters.hot_hits == 2
+    st.audit()
+    st.finish(a, P + [1, 2, 3, 4])
+    st.finish(b, P + [7, 8])
+    st.abort(c)
+    st.audit()
+    assert st.hot.num_cached == 1  # refcount 0, prefix kept for reuse
+    d = st.admit(P + [11], shared_prefix_len=64)
+    assert d.prefix.hot_base == base and d.cached_len == 64
+    st.abort(d)
+    drain(st)
+    assert st.hot.free_ranges() == [(1, 1 + st.hot.size)]
+
+
+def test_slab_exactly_filling_hot_region():
+    st = gk(num_slots=201, hot_fraction=0.5)  # HOT = [1, 101)
+    P = seq(0, 100)
+    a = st.admit(P + [1], shared_prefix_len=100)
+    assert a.prefix.hot_base == 1 and a.prefix.prefix_len == 100
+    assert st.hot.num_free == 0
+    b = st.admit(seq(300, 50) + [1], shared_prefix_len=50)  # no room: falls back to COLD
+    assert b is not None and b.prefix is None and st.counters.hot_fallbacks == 1
+    assert all(s >= st.hot.end for s in b.slots)
+    st.audit()
+    drain(st)
+
+
+def test_fallback_when_hot_region_too_small_still_correct():
+    st = gk(num_slots=201, hot_fraction=0.1)
+    a = st.admit(seq(0, 40), shared_prefix_len=30)
+    assert a.prefix is None and st.counters.hot_fallbacks == 1
+    st.finish(a, seq(0, 40))
+    b = st.admit(seq(0, 35), shared_prefix_len=30)
+    assert b.cached_len == 34 and b.prefix is None
+    st.audit()
+    drain(st)
+
+
+def test_cached_slab_evicted_lru_for_a_new_prefix():
+    st = gk(num_slots=201, hot_fraction=0.5)  # HOT holds 100
+    a = st.admit(seq(0, 60) + [1], shared_prefix_len=60)
+    st.finish(a, seq(0, 60) + [1])
+    assert st.hot.num_cached == 1
+    b = st.admit(seq(1000, 70) + [1], shared_prefix_len=70)
+    assert b.prefix is not None and b.prefix.hot_base == 1  # the old slab was evicted, reused
+    assert st.radix.match_prefix(np.array(seq(0, 60))).length == 0
+    st.audit()
+    drain(st)
+
+
+def test_hot_slots_lent_to_cold_and_taken_back():
+    st = gk(num_slots=101, hot_fraction=0.5)  # HOT [1,51), COLD [51,101)
+    a = st.admit(seq(0, 50))
+    assert st.pool.num_free == 0
+    b = st.admit(seq(100, 20))  # all 20 slots lent from HOT
+    assert b is not None and st.hot.num_lent == 20
+    assert all(s < st.hot.end for s in b.slots)
+    s = st.grow(b, 5)
+    assert st.hot.num_lent == 25 and all(x < st.hot.end for x in s)
+    st.audit()
+    st.abort(b)
+    assert st.hot.num_lent == 0 and st.hot.free_ranges() == [(1, 51)]
+    st.audit()
+    st.abort(a)
+    drain(st)
+
+
+def test_lent_slots_block_slabs_until_returned():
+    st = gk(num_slots=101, hot_fraction=0.5)
+    a = st.admit(seq(0, 50))
+    b = st.admit(seq(100, 30))  # lent from the top of HOT: [21, 51)
+    c = st.admit(seq(300, 30) + [1], shared_prefix_len=30)  # only 20 HOT slots left -> fallback
+    assert c is None or c.prefix is None
+    st.abort(b)
+    d = st.admit(seq(600, 30) + [1], shared_prefix_len=30)
+    assert d is not None and d.prefix is not None
+    st.audit()
+    for x in (a, c, d):
+        if x is not None:
+            st.abort(x)
+    drain(st)
+
+
+def test_promotion_plan_copy_commit_and_retire():
+    st = gk(num_slots=2001, min_prefix_for_hot=32, promote_min_refs=2, max_context=200)
+    kv = KVCache(num_layers=2, num_slots=2001, num_kv_heads=1, head_dim=1)
+    P = seq(7000, 40)
+    a = st.admit(P + [1])
+    kv.k[0][torch.as_tensor(a.slots, dtype=torch.long), 0, 0] = torch.as_tensor(P + [1]).float()
+    st.cache_prompt(a, P + [1])
+    b = st.admit(P + [2])
+    assert b.cached_len == 40 and b.prefix is None
+    # a (through cache_prompt) and b both read the 40-token COLD prefix: 2 live readers
+    plans = st.take_promotions()
+    assert len(plans) == 1 and plans[0].length == 40
+    plan = plans[0]
+    assert plan.src.tolist() == a.slots[:40].tolist()
+    kv.copy_slots(torch.as_tensor(plan.src), torch.as_tensor(plan.dst))
+    st.audit()
+    st.commit_promotion(plan)
+    st.audit()
+    c = st.admit(P + [3])
+    assert c.prefix is not None and c.prefix.prefix_len == 40 and c.cached_len == 40
+    got = kv.k[0][torch.as_tensor(c.slots[:40], dtype=torch.long), 0, 0]
+    assert got.tolist() == [float(t) for t in P]
+    old = a.slots[:40].copy()
+    st.finish(a, P + [1])
+    st.audit()
+    assert not np.isin(old, st.pool.free_slots()).any()  # b still reads the old COLD copy
+    st.finish(b, P + [2])  # the last reader of the old COLD copy: it is freed now
+    assert np.isin(old, st.pool.free_slots()).all()
+    assert not np.isin(old, np.concatenate([x.slots for x in st.radix.nodes()])).any()
+    st.audit()
+    st.abort(c)
+    drain(st)
+    assert st.available() == 2000
+
+
+def test_explicit_prefix_cached_in_cold_is_promoted_on_first_sight():
+    st = gk(num_slots=2001, min_prefix_for_hot=32, max_context=200)
+    P = seq(7000, 40)
+    a = st.admit(P + [1])
+    st.finish(a, P + [1])
+    b = st.admit(P + [2, 3], shared_prefix_len=40)
+    assert b.cached_len == 40 and b.prefix is None
+    (plan,) = st.take_promotions()
+    assert plan.length == 40
+    st.cancel_promotion(plan)
+    st.audit()
+    st.abort(b)
+    drain(st)
+
+
+def test_retired_slots_freed_immediately_without_readers():
+    st = gk(num_slots=2001, min_prefix_for_hot=32, max_context=200)
+    P = seq(7000, 40)
+    a = st.admit(P + [1])
+    st.finish(a, P + [1])
+    b = st.admit(P + [2], shared_prefix_len=40)
+    (plan,) = st.take_promotions()
+    st.abort(b)
+    st.commit_promotion(plan)
+    st.audit()
+    drain(st)
+    assert st.available() == 2000
+
+
+def test_no_free_row_means_wait():
+    st = gk(max_running=1)
+    a = st.admit([1, 2])
+    assert st.admit([3, 4]) is None
+    st.abort(a)
+    assert st.admit([3, 4]) is not None
+
+
+def test_slot_zero_never_handed_out():
+    for system in ("paged", "granikv"):
+        st = make_storage(system, 64, page_size=4, hot_fraction=0.25, max_running=16, max_context=64)
+        got = []
+        while (a := st.admit([1, 2, 3])) is not None:
+            got.extend(a.slots.tolist())
+            if st.grow(a, 1) is not None:
+                got.append(int(st.table[a.row, 3]))
+        assert 0 not in got
+
+
+def test_from_engine_config():
+    cfg = EngineConfig(system="granikv", hot_fraction=0.3, max_running=8, max_context=128)
+    st = storage_from_config(cfg, 1001)
+    assert isinstance(st, GraniKVStorage) and st.hot.size == 300
+    st = storage_from_config(cfg.replace(system="cascade", page_size=8), 1001)
+    assert isinstance(st, PagedStorage) and st.P == 8 and st.system == "cascade"
+    with pytest.raises(ValueError):
+        make_storage("vllm", 10)
+
+
+def test_double_finish_rejected():
+    st = gk()
+    a = st.admit([1, 2, 3])
+    st.finish(a, [1, 2, 3])
+    with pytest.raises(ValueError):
+        st.abort(a)
+
+
+def test_stats_keys():
+    s = gk().stats()
+    for k in ("hot_admits", "hot_fallbacks", "lent_slots", "cached_slabs", "cold_free", "hot_free"):
+        assert k in s
