@@ -34,7 +34,7 @@ class ExtendConfig:
 
     block_m: int = 128
     block_n: int = 64
-    num_warps: int = 8
+    num_warps: int = 4
     num_stages: int = 3
 
 

@@ -50,7 +50,9 @@ class PrefixConfig:
     tma: bool = False  # slab tiles via TMA descriptors (bf16/fp16 on the GPU, and the interpreter)
 
 
-CASCADE_CONFIG = PrefixConfig()
+# measured best on an H200 at B=32, Lp=8K (results/h200/microbench/kernels.json, "tuning")
+CASCADE_CONFIG = PrefixConfig(block_m=64, block_n=128, num_warps=4, num_stages=3, min_split_len=256,
+                              target_programs=1)
 
 
 @triton.jit
@@ -153,11 +155,22 @@ def _prefix_kernel(
 
 def prefix_max_splits(classes: PrefixClasses, batch: int, g: int, num_kv_heads: int, device,
                       cfg: PrefixConfig) -> int:
-    """Host heuristic from shapes: M tiles x KV heads x splits ~ target_programs x SMs."""
+    """Host heuristic from shapes alone. units = M tiles x KV heads programs per split; a wave is
+    target_programs x SMs programs. Among split counts that keep the launch within about two
+    waves (more splits only add partials to merge), pick the one that minimises the waves per
+    unit of work, ceil(units * s / wave) / s (a partial last wave costs a whole one), the
+    smallest on ties: 64 units on 132 SMs -> 2 splits (128 programs, one wave), not 3 (192
+    programs, two waves)."""
     tiles = -(-max(1, batch) * g // cfg.block_m) + classes.num_classes - 1
     units = max(1, tiles * num_kv_heads)
-    target = cfg.target_programs * num_sms(device)
-    return int(max(1, min(cfg.max_splits_cap, -(-target // units))))
+    wave = cfg.target_programs * num_sms(device)
+    best, best_cost = 1, float("inf")
+    s_max = max(1, min(cfg.max_splits_cap, -(-2 * wave // units)))
+    for s in range(1, s_max + 1):
+        cost = -(-units * s // wave) / s
+        if cost < best_cost - 1e-9:
+            best, best_cost = s, cost
+    return best
 
 
 def run_prefix_pass(

@@ -21,8 +21,9 @@ from granikv.kernels.prefix_cascade import PrefixConfig, run_prefix_pass
 from granikv.kernels.prefix_classes import PrefixClasses
 from granikv.kernels.splits import SplitWorkspace
 
-DENSE_CONFIG = PrefixConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, min_split_len=1024,
-                            target_programs=1, max_splits_cap=8)
+# measured best on an H200 at B=256, Lp=8K (results/h200/microbench/kernels.json, "tuning")
+DENSE_CONFIG = PrefixConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, min_split_len=1024,
+                            target_programs=1, max_splits_cap=8, tma=True)
 
 
 def prefix_dense(

@@ -28,8 +28,8 @@ class Timing:
     graphed: bool
 
 
-def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25) -> Timing:
-    """Median time of fn() (one launch); fn must be graph-capturable on a GPU."""
+def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25, graph: bool = True) -> Timing:
+    """Median time of fn() (one launch); fn must be graph-capturable on a GPU (or graph=False)."""
     fn()  # compile / load / first-touch outside the measurement
     if not torch.cuda.is_available():
         t0 = time.perf_counter()
@@ -42,6 +42,8 @@ def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25) -> T
     target = fn
     graphed = False
     try:
+        if not graph:
+            raise RuntimeError("eager timing asked for")
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -55,7 +57,8 @@ def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25) -> T
         target = graph.replay
         graphed = True
     except Exception as exc:  # pragma: no cover - depends on the op
-        print(f"  (graph capture failed, timing eager launches: {type(exc).__name__}: {exc})")
+        if graph:
+            print(f"  (graph capture failed, timing eager launches: {type(exc).__name__}: {exc})")
         torch.cuda.synchronize()
     q = triton.testing.do_bench(target, warmup=warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
     p20, med, p80 = (x * 1e3 for x in q)
