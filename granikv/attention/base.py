@@ -1,11 +1,11 @@
 """The attention-backend interface shared by the three systems.
 
-A backend is planned once per step (`plan`) from a `StepBatch`, then called once per layer
-(`forward`) by the model with that layer's q, k, v. Planning does all host work and fills the
-metadata the kernels read; `forward` only launches kernels, so a decode step can be captured
-in a CUDA graph and replayed. Prefill/extend is the same for every system (one kernel that
-reads the cached prefix through the slot table plus the causal new part), so TTFT compares
-cleanly; only decode differs.
+A backend is planned once per step, then called once per layer (`forward`) by the model with
+that layer's q, k, v. Decode planning is pure host work (`plan_decode` returns a DecodePlan of
+plain lists); the device form (`DecodeMeta`) is either built eagerly or packed into the static
+buffers of a captured CUDA graph, so a decode step replays without host syncs in the forward.
+Prefill/extend is the same for every system (one kernel that reads the cached prefix through
+the slot table plus the causal new part), so TTFT compares cleanly; only decode differs.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 
 from granikv.attention.batch import StepBatch
 from granikv.attention.ops import KernelOps
+from granikv.attention.plan import CASCADE, DENSE, DecodeMeta, DecodePlan, materialize
 
 
 class AttentionBackend:
@@ -41,17 +42,25 @@ class AttentionBackend:
         self.sm_scale = 1.0 / math.sqrt(head_dim)
         self.ops = ops
         self.batch: StepBatch | None = None
+        self.meta: DecodeMeta | None = None
 
     # -- planning ---------------------------------------------------------------------------
-    def plan(self, batch: StepBatch) -> None:
+    def plan(self, batch: StepBatch) -> DecodePlan | None:
+        """Eager planning: host decision + device metadata for this step."""
         self.batch = batch
-        if batch.mode == "decode":
-            self.plan_decode(batch)
+        if batch.mode != "decode":
+            return None
+        plan = self.plan_decode(batch)
+        self.meta = materialize(plan, batch.seq_lens, self.slot_table)
+        return plan
 
-    def plan_decode(self, batch: StepBatch) -> None:
+    def plan_decode(self, batch: StepBatch) -> DecodePlan:
         """Paged decode: every request reads its whole context."""
-        batch.extras["kv_start"] = torch.zeros_like(batch.seq_lens)
-        batch.extras["kv_len"] = batch.seq_lens
+        return DecodePlan()
+
+    def bind(self, batch: StepBatch, meta: DecodeMeta) -> None:
+        """Use prebuilt (static, graph-owned) metadata instead of planning."""
+        self.batch, self.meta = batch, meta
 
     # -- forward ----------------------------------------------------------------------------
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -59,20 +68,20 @@ class AttentionBackend:
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         b = self.batch
-        assert b is not None, "plan() must run before forward()"
         kc, vc = self.k_cache[layer], self.v_cache[layer]
         self.ops.store_kv(kc, vc, b.out_slots, k, v)
         if b.mode == "extend":
-            return self.ops.extend(
-                q, kc, vc, self.slot_table, b.rows, b.qo_indptr, b.prefix_lens, self.sm_scale
-            )
-        return self.forward_decode(layer, q, kc, vc)
-
-    def forward_decode(self, layer: int, q, kc, vc) -> torch.Tensor:
-        b = self.batch
-        o, _ = self.ops.decode(
-            q, kc, vc, self.slot_table, b.rows, b.extras["kv_start"], b.extras["kv_len"], self.sm_scale
-        )
+            return self.ops.extend(q, kc, vc, self.slot_table, b.rows, b.qo_indptr, b.prefix_lens, self.sm_scale)
+        m = self.meta
+        o, lse = self.ops.decode(q, kc, vc, self.slot_table, b.rows, m.kv_start, m.kv_len, self.sm_scale)
+        dense = m.passes.get(DENSE)
+        if dense is not None:
+            op, lp = self.ops.prefix_dense(q, kc, vc, dense, self.sm_scale)
+            self.ops.merge_(o, lse, op, lp)
+        casc = m.passes.get(CASCADE)
+        if casc is not None:
+            op, lp = self.ops.prefix_cascade(q, kc, vc, casc, self.sm_scale)
+            self.ops.merge_(o, lse, op, lp)
         return o
 
     def stats(self) -> dict:

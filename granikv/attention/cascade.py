@@ -11,11 +11,10 @@ the behaviour the paper reports for heterogeneous prefixes (Table 21).
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from granikv.attention.base import AttentionBackend
 from granikv.attention.batch import StepBatch
-from granikv.kernels.prefix_classes import PrefixClasses
+from granikv.attention.plan import CASCADE, ClassLists, DecodePlan
 
 
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
@@ -33,10 +32,13 @@ class CascadeBackend(AttentionBackend):
         super().__init__(*args, **kwargs)
         self.min_prefix_len = min_prefix_len
         self._lcp_cache: dict[tuple, int] = {}
+        self.decode_steps = 0
         self.cascade_steps = 0
         self.plain_steps = 0
 
     def _batch_common_prefix(self, batch: StepBatch) -> int:
+        """Min over requests of the common slot run with the first request (cached per pair:
+        a running request's prompt slots never change)."""
         reqs = batch.reqs
         ref = reqs[0]
         common = ref.seq_len - 1
@@ -53,32 +55,17 @@ class CascadeBackend(AttentionBackend):
         self._lcp_cache = cache
         return common
 
-    def plan_decode(self, batch: StepBatch) -> None:
+    def plan_decode(self, batch: StepBatch) -> DecodePlan:
+        self.decode_steps += 1
         n = batch.num_reqs
         common = self._batch_common_prefix(batch) if n >= 2 else 0
         if common < self.min_prefix_len:
             self.plain_steps += 1
-            batch.extras["classes"] = None
-            super().plan_decode(batch)
-            return
+            return DecodePlan()
         self.cascade_steps += 1
-        dev = batch.seq_lens.device
-        batch.extras["classes"] = PrefixClasses.from_lists(
-            [list(range(n))], [common], dev, page_rows=[batch.reqs[0].row], slot_table=self.slot_table
-        )
-        batch.extras["kv_start"] = torch.full((n,), common, dtype=torch.int32, device=dev)
-        batch.extras["kv_len"] = batch.seq_lens - common
-
-    def forward_decode(self, layer: int, q, kc, vc) -> torch.Tensor:
-        b = self.batch
-        o, lse = self.ops.decode(
-            q, kc, vc, self.slot_table, b.rows, b.extras["kv_start"], b.extras["kv_len"], self.sm_scale
-        )
-        cls = b.extras.get("classes")
-        if cls is not None:
-            op, lp = self.ops.prefix_cascade(q, kc, vc, cls, self.sm_scale)
-            self.ops.merge_(o, lse, op, lp)
-        return o
+        cls = ClassLists(members=[list(range(n))], lens=[common], page_rows=[batch.reqs[0].row])
+        return DecodePlan(kv_start=[common] * n, passes={CASCADE: cls})
 
     def stats(self) -> dict:
-        return {"cascade_steps": self.cascade_steps, "paged_steps": self.plain_steps}
+        return {"decode_steps": self.decode_steps, "cascade_steps": self.cascade_steps, "dense_steps": 0,
+                "paged_steps": self.plain_steps}

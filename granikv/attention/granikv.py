@@ -11,12 +11,10 @@ path, exactly as the paged system would.
 
 from __future__ import annotations
 
-import torch
-
 from granikv.attention.base import AttentionBackend
 from granikv.attention.batch import StepBatch
 from granikv.attention.dispatch import CASCADE, DENSE, PLAIN, DispatchCounters, DispatchPolicy
-from granikv.kernels.prefix_classes import PrefixClasses
+from granikv.attention.plan import ClassLists, DecodePlan
 
 
 class GraniKVBackend(AttentionBackend):
@@ -27,52 +25,32 @@ class GraniKVBackend(AttentionBackend):
         self.policy = policy or DispatchPolicy(group_size=self.group_size)
         self.counters = DispatchCounters()
 
-    def plan_decode(self, batch: StepBatch) -> None:
+    def plan_decode(self, batch: StepBatch) -> DecodePlan:
         groups: dict[tuple[int, int], list[int]] = {}
         for i, r in enumerate(batch.reqs):
             if r.slab is not None:
                 groups.setdefault(r.slab, []).append(i)
-        kv_start = [0] * batch.num_reqs
-        picked: dict[str, tuple[list, list, list]] = {DENSE: ([], [], []), CASCADE: ([], [], [])}
+        kv_start = None
+        passes: dict[str, ClassLists] = {}
         decisions = []
         for (base, lp), members in groups.items():
             kind = self.policy.choose(len(members), lp)
             decisions.append(kind)
             if kind == PLAIN:
                 continue
-            m, lens, bases = picked[kind]
-            m.append(members)
-            lens.append(lp)
-            bases.append(base)
+            c = passes.setdefault(kind, ClassLists(members=[], lens=[], bases=[]))
+            c.members.append(members)
+            c.lens.append(lp)
+            c.bases.append(base)
+            if kv_start is None:
+                kv_start = [0] * batch.num_reqs
             for i in members:
                 kv_start[i] = lp
-        if not groups:
-            decisions.append(PLAIN)
-        self.counters.record(decisions)
-        dev = batch.seq_lens.device
-        for kind in (DENSE, CASCADE):
-            m, lens, bases = picked[kind]
-            batch.extras[kind] = PrefixClasses.from_lists(m, lens, dev, slab_base=bases) if m else None
-        if any(kv_start):
-            start = torch.tensor(kv_start, dtype=torch.int32, device=dev)
-            batch.extras["kv_start"] = start
-            batch.extras["kv_len"] = batch.seq_lens - start
-        else:
-            super().plan_decode(batch)
-
-    def forward_decode(self, layer: int, q, kc, vc) -> torch.Tensor:
-        b = self.batch
-        o, lse = self.ops.decode(
-            q, kc, vc, self.slot_table, b.rows, b.extras["kv_start"], b.extras["kv_len"], self.sm_scale
-        )
-        dense, casc = b.extras.get(DENSE), b.extras.get(CASCADE)
-        if dense is not None:
-            op, lp = self.ops.prefix_dense(q, kc, vc, dense, self.sm_scale)
-            self.ops.merge_(o, lse, op, lp)
-        if casc is not None:
-            op, lp = self.ops.prefix_cascade(q, kc, vc, casc, self.sm_scale)
-            self.ops.merge_(o, lse, op, lp)
-        return o
+        self.counters.record(decisions or [PLAIN])
+        return DecodePlan(kv_start=kv_start, passes=passes)
 
     def stats(self) -> dict:
         return self.counters.as_dict()
+
+
+__all__ = ["GraniKVBackend", "DENSE", "CASCADE"]

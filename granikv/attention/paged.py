@@ -9,7 +9,21 @@ decode kernel we have (split-K, GQA-packed), not a strawman.
 from __future__ import annotations
 
 from granikv.attention.base import AttentionBackend
+from granikv.attention.batch import StepBatch
+from granikv.attention.plan import DecodePlan
 
 
 class PagedBackend(AttentionBackend):
     name = "paged"
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.decode_steps = 0
+
+    def plan_decode(self, batch: StepBatch) -> DecodePlan:
+        self.decode_steps += 1
+        return DecodePlan()
+
+    def stats(self) -> dict:
+        return {"decode_steps": self.decode_steps, "dense_steps": 0, "cascade_steps": 0,
+                "paged_steps": self.decode_steps}

@@ -54,11 +54,12 @@ def kv_slots(cfg: EngineConfig, spec: ModelSpec, tp: TPGroup, dtype: torch.dtype
 
 
 def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype,
-                     tp: TPGroup | None = None) -> Components:
+                     tp: TPGroup | None = None, model=None) -> Components:
     tp = tp or TPGroup()
     spec = load_spec(cfg.model_path or cfg.model)
     max_pos = max(cfg.max_context, 16)
-    model = load_model(spec, tp, cfg.load_format, cfg.model_path, cfg.seed, dtype, device, max_positions=max_pos)
+    if model is None:
+        model = load_model(spec, tp, cfg.load_format, cfg.model_path, cfg.seed, dtype, device, max_positions=max_pos)
     n_slots = kv_slots(cfg, spec, tp, dtype, device)
     hkv = spec.num_kv_heads // tp.world_size
     hq = spec.num_heads // tp.world_size
@@ -75,6 +76,12 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
     else:
         policy = DispatchPolicy(group_size=hq // hkv, m_sat=cfg.m_sat, min_prefix_len=cfg.min_prefix_for_hot)
         backend = GraniKVBackend(*args, policy=policy)
-    runner = ModelRunner(model, backend, kv, slot_table, device, spec.vocab_size, cfg.seed)
+    graphs = None
+    if cfg.cuda_graphs and device.type == "cuda":
+        from granikv.engine.graphs import DecodeGraphs
+
+        buckets = tuple(b for b in cfg.graph_batch_sizes if b <= cfg.max_running) or (cfg.max_running,)
+        graphs = DecodeGraphs(model, backend, slot_table, pad_row=cfg.max_running, buckets=buckets)
+    runner = ModelRunner(model, backend, kv, slot_table, device, spec.vocab_size, cfg.seed, graphs=graphs)
     eos = tuple(getattr(spec, "eos_token_ids", ()) or ())
     return Components(spec, model, kv, storage, backend, runner, eos)

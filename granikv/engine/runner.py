@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from granikv.attention.batch import ReqView, StepBatch
+from granikv.attention.plan import materialize
 from granikv.engine.request import Request
 from granikv.engine.sampling import sample
 from granikv.engine.scheduler import Step
@@ -18,7 +19,8 @@ from granikv.engine.scheduler import Step
 
 class ModelRunner:
     def __init__(self, model, backend, kv_cache, slot_table: torch.Tensor, device: torch.device,
-                 vocab_size: int, seed: int = 0) -> None:
+                 vocab_size: int, seed: int = 0, graphs=None) -> None:
+        self.graphs = graphs  # DecodeGraphs, or None for eager decode
         self.model = model
         self.backend = backend
         self.kv = kv_cache
@@ -38,17 +40,38 @@ class ModelRunner:
 
     def run(self, step: Step) -> list[int]:
         """Run one step; returns one sampled token per request that samples this step."""
+        plan = None
+        if step.mode == "decode" and self.graphs is not None:
+            out, plan = self._run_decode_graph(step)
+            if out is not None:
+                return out
         if step.mode == "extend":
             batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
         else:
             batch, ids, pos, sample_reqs, logit_rows = self._build_decode(step)
-        self.backend.plan(batch)
+        if plan is None:
+            self.backend.plan(batch)
+        else:  # a decode step the graphs could not take: reuse its plan eagerly
+            self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table))
         if not sample_reqs:
             self.model.forward(ids, pos, self.backend, logits_index=torch.zeros(0, dtype=torch.long,
                                                                                  device=self.device))
             return []
         logits = self.model.forward(ids, pos, self.backend, logits_index=self._i32(logit_rows).long())
         return sample(logits, [r.params for r in sample_reqs], self.generator)
+
+    def _run_decode_graph(self, step: Step):
+        reqs = step.decode
+        views = [ReqView(row=r.row, seq_len=r.seq_len, prefix_len=r.seq_len - 1, slab=r.prefix_slab,
+                         slots=r.slots, key=r.rid) for r in reqs]
+        host_batch = StepBatch(mode="decode", reqs=views, num_tokens=len(reqs), out_slots=None, rows=None,
+                               prefix_lens=None, qo_indptr=None, seq_lens=None)
+        plan = self.backend.plan_decode(host_batch)
+        if not self.graphs.supports(len(reqs), plan):
+            return None, plan
+        logits = self.graphs.run([r.all_ids[-1] for r in reqs], [r.seq_len - 1 for r in reqs], step.decode_slots,
+                                 [r.row for r in reqs], [r.seq_len for r in reqs], plan)
+        return sample(logits, [r.params for r in reqs], self.generator), plan
 
     def _build_extend(self, step: Step):
         ids: list[int] = []

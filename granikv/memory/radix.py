@@ -65,8 +65,13 @@ class Node:
 @dataclass
 class Match:
     node: Node  # deepest matched node (the root when nothing matched)
-    slots: np.ndarray  # int32, slots of the matched tokens in order
+    parts: list[np.ndarray]  # slots of the matched nodes, in order
     length: int
+
+    @property
+    def slots(self) -> np.ndarray:
+        """int32 slots of the matched tokens in order (concatenated on each access)."""
+        return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int32)
 
 
 class RadixCache:
@@ -90,8 +95,11 @@ class RadixCache:
 
     def _common(self, a: np.ndarray, b: np.ndarray) -> int:
         m = min(len(a), len(b))
-        neq = np.flatnonzero(a[:m] != b[:m])
-        n = int(neq[0]) if neq.size else m
+        if m > 64 and a[:m].tobytes() == b[:m].tobytes():  # the usual case for a long shared prefix
+            n = m
+        else:
+            neq = np.flatnonzero(a[:m] != b[:m])
+            n = int(neq[0]) if neq.size else m
         return n - n % self.page_size
 
     def nodes(self) -> Iterator[Node]:
@@ -146,14 +154,16 @@ class RadixCache:
                 self.hot.touch(child.slab)
             parts.append(child.slots)
             node, pos = child, pos + n
-        slots = np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
-        return Match(node, slots, pos)
+        return Match(node, parts, pos)
 
-    def insert(self, tokens: np.ndarray, slots: np.ndarray, segments: list[Segment]) -> tuple[int, Node]:
+    def insert(self, tokens: np.ndarray, slots: np.ndarray, segments: list[Segment],
+               start: Node | None = None, start_pos: int = 0) -> tuple[int, Node]:
         """Cache `tokens` whose KV sits in `slots`; returns (length already cached, last node).
 
         Positions already cached keep the tree's slots (the caller frees its duplicates); new
         nodes are cut at segment boundaries, so each node lives in exactly one pool.
+        `start`/`start_pos`: a locked node known to hold tokens[:start_pos] (the request's own
+        matched path), so its 16K-token prefix is not compared again.
         """
         tokens = np.asarray(tokens, dtype=np.int32)
         slots = np.asarray(slots, dtype=np.int32)
@@ -161,7 +171,7 @@ class RadixCache:
             raise ValueError("tokens and slots differ in length")
         if len(tokens) % self.page_size:
             raise ValueError("insert length must be a multiple of the page size")
-        node, pos = self.root, 0
+        node, pos = (self.root, 0) if start is None else (start, start_pos)
         now = next(self._clock)
         while pos < len(tokens):
             child = node.children.get(self._child_key(tokens[pos:]))

@@ -57,16 +57,17 @@ class RetiredBlock:
 
 @dataclass(eq=False)
 class Admission:
-    """Handle of one admitted request. `slots` are the prompt's slots (a copy);
-    positions `< cached_len` already hold KV, so prefill starts at `cached_len`."""
+    """Handle of one admitted request. `slots` are the prompt's slots; positions `< cached_len`
+    already hold KV, so prefill starts at `cached_len`."""
 
     row: int
-    slots: np.ndarray
+    slots: np.ndarray  # a view of the host slot table row: valid until finish/abort
     cached_len: int
     prefix: PrefixInfo | None
     prompt_len: int
     # bookkeeping (private to the storage policy)
     node: Node = field(repr=False, default=None)  # deepest locked radix node
+    node_end: int = 0  # sequence position just past `node` (splits never move it)
     slab: Slab | None = field(repr=False, default=None)  # slab held privately (not yet cached)
     closed: list[tuple[int, int]] = field(repr=False, default_factory=list)  # private ranges
     tail_start: int = 0  # positions [tail_start, seq_len) are private too
@@ -102,7 +103,8 @@ class Storage:
         self.radix = radix
         self.table = np.zeros((max_running, max_context), dtype=np.int32)
         self.seq_lens = np.zeros(max_running, dtype=np.int64)
-        self._room = np.zeros(max_running, dtype=np.int64)  # unused slots left in the row's last page
+        # Next slot of the row's last page; a multiple of P means the page is full (P=1: always).
+        self._next = np.zeros(max_running, dtype=np.int64)
         self._free_rows = list(range(max_running - 1, -1, -1))
         self.live: dict[int, Admission] = {}
         self.counters = StorageStats()
@@ -131,15 +133,14 @@ class Storage:
             pages = self.pool.alloc_pages(n)
         return pages
 
-    def _alloc_tokens(self, n: int) -> tuple[np.ndarray, int] | None:
-        """Fresh pages for n tokens: (slots of the n tokens, room left in the last page)."""
+    def _alloc_tokens(self, n: int) -> np.ndarray | None:
+        """Slots for n tokens on fresh pages, filled in page order."""
         pages = self._alloc_pages(-(-n // self.P))
         if pages is None:
             return None
         if self.P == 1:
-            return pages, 0
-        slots = (pages[:, None] * self.P + np.arange(self.P, dtype=np.int32)).ravel()
-        return slots[:n], len(slots) - n
+            return pages
+        return (pages[:, None] * self.P + np.arange(self.P, dtype=np.int32)).ravel()[:n]
 
     # ---- public API ----------------------------------------------------------------------------
     def evict(self, n: int) -> int:
@@ -185,28 +186,30 @@ class Storage:
         self.live[adm.row] = adm
         return adm
 
-    def _place(self, tokens: np.ndarray, node: Node, prefix_slots: np.ndarray, start: int,
+    def _place(self, tokens: np.ndarray, node: Node, prefix_parts: list[np.ndarray], start: int,
                prefix: PrefixInfo | None, slab: Slab | None) -> Admission | None:
         """Lock `node`, allocate positions [start, L), fill the row. Undoes the lock on failure."""
         L = len(tokens)
         self.radix.lock(node)
-        got = self._alloc_tokens(L - start)
-        if got is None:
+        new = self._alloc_tokens(L - start)  # never empty: start <= L-1
+        if new is None:
             self.radix.unlock(node)
             return None
-        new, room = got
         row = self._free_rows.pop()
-        self.table[row, :start] = prefix_slots
+        pos = 0
+        for part in prefix_parts:
+            self.table[row, pos : pos + len(part)] = part
+            pos += len(part)
         self.table[row, start:L] = new
         self.seq_lens[row] = L
-        self._room[row] = room
+        self._next[row] = int(new[-1]) + 1
         cached = start if slab is None else 0
-        return Admission(row=row, slots=self.table[row, :L].copy(), cached_len=cached, prefix=prefix,
-                         prompt_len=L, node=node, slab=slab, tail_start=start)
+        return Admission(row=row, slots=self.table[row, :L], cached_len=cached, prefix=prefix,
+                         prompt_len=L, node=node, node_end=cached, slab=slab, tail_start=start)
 
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
         m = self.radix.match_prefix(tokens[: len(tokens) - 1])  # prefill computes >= 1 token
-        return self._place(tokens, m.node, m.slots, m.length, None, None)
+        return self._place(tokens, m.node, m.parts, m.length, None, None)
 
     def grow(self, adm: Admission, n: int) -> np.ndarray | None:
         """n more slots at the end of one request (decode or a chunk); None if out of space."""
@@ -214,20 +217,19 @@ class Storage:
         L = int(self.seq_lens[r])
         if L + n > self.max_context:
             raise ValueError(f"request would exceed max_context={self.max_context}")
-        room = int(self._room[r])
-        take = min(room, n)
-        head = np.arange(self.table[r, L - 1] + 1, self.table[r, L - 1] + 1 + take, dtype=np.int32)
+        nxt = int(self._next[r])
+        take = min((-nxt) % self.P, n)  # room left in the last page
+        head = np.arange(nxt, nxt + take, dtype=np.int32)
         if n > take:
-            got = self._alloc_tokens(n - take)
-            if got is None:
+            tail = self._alloc_tokens(n - take)
+            if tail is None:
                 return None
-            tail, new_room = got
             slots = np.concatenate([head, tail])
         else:
-            slots, new_room = head, room - take
+            slots = head
         self.table[r, L : L + n] = slots
         self.seq_lens[r] = L + n
-        self._room[r] = new_room
+        self._next[r] = int(slots[-1]) + 1
         return slots
 
     def grow_batch(self, rows: np.ndarray) -> np.ndarray | None:
@@ -241,14 +243,13 @@ class Storage:
             if slots is None:
                 return None
         else:
-            room = self._room[rows]
-            need = room == 0
-            pages = self._alloc_pages(int(need.sum()))
+            slots = self._next[rows]
+            need = slots % self.P == 0  # the last page is full
+            pages = self._alloc_pages(int(np.count_nonzero(need)))
             if pages is None:
                 return None
-            slots = self.table[rows, L - 1] + 1
             slots[need] = pages * self.P
-            self._room[rows] = np.where(need, self.P - 1, room - 1)
+            self._next[rows] = slots + 1
         self.table[rows, L] = slots
         self.seq_lens[rows] = L + 1
         return slots
@@ -268,13 +269,14 @@ class Storage:
         n -= n % self.P
         if n <= adm.tail_start:
             return 0
-        dup, node = self.radix.insert(tokens[:n], self.table[adm.row, :n], self._segments(adm, n))
+        dup, node = self.radix.insert(tokens[:n], self.table[adm.row, :n], self._segments(adm, n),
+                                      adm.node, adm.node_end)
         if dup > adm.tail_start:  # our copies of positions someone else cached meanwhile stay ours
             adm.closed.append((adm.tail_start, dup))
         adm.tail_start = n
         self.radix.lock(node)
         self.radix.unlock(adm.node)
-        adm.node = node
+        adm.node, adm.node_end = node, n
         return n
 
     def finish(self, adm: Admission, tokens) -> None:
@@ -286,9 +288,10 @@ class Storage:
         r = adm.row
         n = min(len(tokens), self.seq_len(adm))
         n -= n % self.P
-        dup, node = 0, None
-        if n > 0:
-            dup, node = self.radix.insert(tokens[:n], self.table[r, :n], self._segments(adm, n))
+        dup = n  # n <= node_end: all of it is cached already (the locked path holds it)
+        if n > adm.node_end:
+            dup, _ = self.radix.insert(tokens[:n], self.table[r, :n], self._segments(adm, n),
+                                       adm.node, adm.node_end)
         # Private positions below `dup` duplicate the tree; those >= n are not cached.
         frees = []
         for a, b in adm.closed + [(adm.tail_start, int(self.seq_lens[r]))]:
@@ -322,7 +325,7 @@ class Storage:
         r = adm.row
         del self.live[r]
         self.seq_lens[r] = 0
-        self._room[r] = 0
+        self._next[r] = 0
         self._free_rows.append(r)
 
     def _hot(self) -> HotPool:
@@ -454,7 +457,7 @@ class GraniKVStorage(Storage):
             self.radix.unlock(m.node)
             if slab is not None:
                 slab_slots = np.arange(slab.base, slab.end, dtype=np.int32)
-                adm = self._place(tokens, self.radix.root, slab_slots, Lp,
+                adm = self._place(tokens, self.radix.root, [slab_slots], Lp,
                                   PrefixInfo(slab.base, Lp, slab.id), slab)
                 if adm is None:
                     self.hot.release(slab)
@@ -462,8 +465,8 @@ class GraniKVStorage(Storage):
                 self.counters.hot_admits += 1
                 return adm
             self.counters.hot_fallbacks += 1
-        prefix = PrefixInfo(int(m.slots[0]), run, run_slab.id) if run > 0 else None
-        adm = self._place(tokens, m.node, m.slots, m.length, prefix, None)
+        prefix = PrefixInfo(int(m.parts[0][0]), run, run_slab.id) if run > 0 else None
+        adm = self._place(tokens, m.node, m.parts, m.length, prefix, None)
         if adm is None:
             return None
         if run > 0:

@@ -1,0 +1,178 @@
+"""CUDA graphs for decode steps, for all three systems.
+
+A decode step of a 32-layer model is hundreds of small launches; replaying them from a CUDA
+graph removes the per-launch host cost. A graph is captured per key = (batch-size bucket,
+plan signature): the signature fixes which prefix passes run and their padded class counts and
+largest class sizes, because the prefix kernels' grids depend on those. Everything else a step
+varies (token ids, positions, slots, rows, lengths, class membership) lives in one static int64
+buffer: the host packs the step into a pinned array, one host-to-device copy moves it, and the
+graph itself converts the fields to the int32 tensors the kernels read and writes the new
+tokens' slots into the slot table. Padding requests read the reserved all-zero row (slot 0)
+and padding classes are empty, so neither touches live KV.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from granikv.attention.batch import StepBatch
+from granikv.attention.plan import DecodeMeta, DecodePlan
+from granikv.kernels.prefix_classes import PrefixClasses
+
+N_BASE = 6  # ids, pos, out_slots, rows, seq_lens, kv_start
+
+
+@dataclass
+class _PassLayout:
+    kind: str
+    classes: int  # padded class count C
+    size: int  # padded largest class S (grid sizing)
+    slab: bool
+    off: int  # offset of [indptr C+1 | reqs bucket | lens C | base_or_row C] in the packed buffer
+
+
+@dataclass
+class _Graph:
+    bucket: int
+    passes: list[_PassLayout]
+    length: int
+    host: torch.Tensor  # pinned int64 [length]
+    dev: torch.Tensor  # device int64 [length]
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor
+    event: torch.cuda.Event
+
+
+class DecodeGraphs:
+    def __init__(self, model, backend, slot_table: torch.Tensor, pad_row: int, buckets: tuple[int, ...],
+                 max_classes: int = 64) -> None:
+        self.model = model
+        self.backend = backend
+        self.slot_table = slot_table
+        self.pad_row = pad_row
+        self.buckets = tuple(sorted(buckets))
+        self.max_classes = max_classes
+        self.graphs: dict[tuple, _Graph] = {}
+        self.pool = None
+        self.replays = 0
+        self.captures = 0
+
+    def bucket_for(self, n: int) -> int | None:
+        for b in self.buckets:
+            if b >= n:
+                return b
+        return None
+
+    def supports(self, n: int, plan: DecodePlan) -> bool:
+        return self.bucket_for(n) is not None and all(len(c.members) <= self.max_classes
+                                                      for c in plan.passes.values())
+
+    # -- capture ----------------------------------------------------------------------------------
+    def _layout(self, bucket: int, sig: tuple) -> tuple[list[_PassLayout], int]:
+        off = N_BASE * bucket
+        passes = []
+        for kind, c, s, slab in sig:
+            passes.append(_PassLayout(kind, c, s, slab, off))
+            off += (c + 1) + bucket + 2 * c
+        return passes, off
+
+    def _bind(self, g_bucket: int, passes: list[_PassLayout], dev: torch.Tensor) -> StepBatch:
+        """Views + int32 conversions of the packed buffer (run inside the capture)."""
+        b = g_bucket
+        f = [dev[i * b:(i + 1) * b] for i in range(N_BASE)]
+        ids, pos, out_slots = f[0], f[1], f[2]
+        rows, seq_lens, kv_start = (x.to(torch.int32) for x in f[3:6])
+        self.slot_table[rows.long(), pos] = out_slots.to(torch.int32)
+        meta_passes = {}
+        for p in passes:
+            o, c = p.off, p.classes
+            indptr = dev[o:o + c + 1].to(torch.int32)
+            reqs = dev[o + c + 1:o + c + 1 + b].to(torch.int32)
+            lens = dev[o + c + 1 + b:o + 2 * c + 1 + b].to(torch.int32)
+            where = dev[o + 2 * c + 1 + b:o + 3 * c + 1 + b].to(torch.int32)
+            meta_passes[p.kind] = PrefixClasses(
+                indptr=indptr, reqs=reqs, prefix_len=lens,
+                slab_base=where if p.slab else None, page_rows=None if p.slab else where,
+                slot_table=None if p.slab else self.slot_table, max_class_size=p.size)
+        batch = StepBatch(mode="decode", reqs=[], num_tokens=b, out_slots=out_slots, rows=rows,
+                          prefix_lens=seq_lens - 1, qo_indptr=None, seq_lens=seq_lens)
+        self.backend.bind(batch, DecodeMeta(kv_start=kv_start, kv_len=seq_lens - kv_start, passes=meta_passes))
+        return ids, pos
+
+    def _pack(self, g: _Graph, ids, pos, out_slots, rows, seq_lens, plan: DecodePlan, n: int) -> None:
+        b = g.bucket
+        h = np.zeros(g.length, dtype=np.int64)
+        h[0:n] = ids
+        h[b:b + n] = pos
+        h[2 * b:2 * b + n] = out_slots
+        h[3 * b:3 * b + n] = rows
+        h[3 * b + n:4 * b] = self.pad_row
+        h[4 * b:4 * b + n] = seq_lens
+        h[4 * b + n:5 * b] = 1
+        if plan.kv_start is not None:
+            h[5 * b:5 * b + n] = plan.kv_start
+        for p in g.passes:
+            c = plan.passes[p.kind]
+            o, C = p.off, p.classes
+            sizes = [len(m) for m in c.members]
+            ind = np.zeros(C + 1, dtype=np.int64)
+            ind[1:len(sizes) + 1] = np.cumsum(sizes)
+            ind[len(sizes) + 1:] = ind[len(sizes)]
+            h[o:o + C + 1] = ind
+            flat = [i for m in c.members for i in m]
+            h[o + C + 1:o + C + 1 + len(flat)] = flat
+            h[o + C + 1 + b:o + C + 1 + b + len(c.lens)] = c.lens
+            where = c.bases if p.slab else c.page_rows
+            w0 = o + 2 * C + 1 + b
+            h[w0:w0 + len(where)] = where
+            if not p.slab:
+                h[w0 + len(where):w0 + C] = self.pad_row
+        g.event.synchronize()  # the previous replay's copy out of this pinned buffer is done
+        g.host.numpy()[:] = h
+        g.dev.copy_(g.host, non_blocking=True)
+
+    def _capture(self, bucket: int, sig: tuple) -> _Graph:
+        passes, length = self._layout(bucket, sig)
+        dev_t = self.slot_table.device
+        host = torch.zeros(length, dtype=torch.int64).pin_memory()
+        dev = torch.zeros(length, dtype=torch.int64, device=dev_t)
+        # a valid all-padding step: pads read row `pad_row` (slot 0), classes empty
+        dev[3 * bucket:4 * bucket] = self.pad_row
+        dev[4 * bucket:5 * bucket] = 1
+        for p in passes:
+            if not p.slab:
+                dev[p.off + 2 * p.classes + 1 + bucket:p.off + 3 * p.classes + 1 + bucket] = self.pad_row
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):  # compile Triton kernels and warm cuBLAS outside the capture
+                ids, pos = self._bind(bucket, passes, dev)
+                self.model.forward(ids, pos, self.backend)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=self.pool):
+            ids, pos = self._bind(bucket, passes, dev)
+            logits = self.model.forward(ids, pos, self.backend)
+        self.captures += 1
+        ev = torch.cuda.Event()
+        ev.record()
+        return _Graph(bucket, passes, length, host, dev, graph, logits, ev)
+
+    # -- replay -----------------------------------------------------------------------------------
+    def run(self, ids, pos, out_slots, rows, seq_lens, plan: DecodePlan) -> torch.Tensor:
+        n = len(ids)
+        bucket = self.bucket_for(n)
+        key = (bucket, plan.signature())
+        g = self.graphs.get(key)
+        if g is None:
+            g = self.graphs[key] = self._capture(bucket, key[1])
+        self._pack(g, ids, pos, out_slots, rows, seq_lens, plan, n)
+        g.graph.replay()
+        g.event.record()
+        self.replays += 1
+        return g.logits[:n]

@@ -1,0 +1,254 @@
+"""Decode-step benchmark of the bundled engine: the three systems on one set of weights.
+
+For each cell (Lp, B) and system it admits B requests sharing an Lp-token prefix (with the
+explicit `shared_prefix_len` hint) plus seeded suffixes of 16–512 tokens, prefills them, warms
+up (CUDA-graph capture), then times steady decode steps:
+- `step_ms`: median wall time of `Engine.step()` (plan + replay + sample: what a user waits);
+- `gpu_busy_ms` / `host_gap_share`: from a torch.profiler window of N steps, the union of GPU
+  kernel intervals and the idle share of the window (GPU idle while the host schedules);
+- `floor_ms`: the roofline floor of the step, sum over its kernels of
+  max(bytes / HBM_read_BW, FLOPs / bf16_peak) from the model's shapes (weights + KV bytes the
+  system must read: paged reads every request's whole context, granikv/cascade read a shared
+  prefix once per class plus each request's own tokens).
+Optionally (`--http`) the same burst is served once in-process and once over HTTP (server +
+streaming client in one process tree) to compare output throughput.
+
+Writes results/<hw>/engine/steps.json: {"env", "records": [...], "http": {...}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from granikv.config import EngineConfig
+from granikv.engine.engine import Engine
+from granikv.engine.request import SamplingParams, Status
+from harness.microbench._timing import env_info
+
+
+def sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def linear_floor_ms(spec, tp: int, b: int, bw: float, peak: float) -> float:
+    h, d = spec.hidden_size, spec.head_dim
+    q, kv = spec.num_heads * d // tp, spec.num_kv_heads * d // tp
+    inter = spec.intermediate_size // tp
+    mats = [(h, q + 2 * kv), (q, h), (h, 2 * inter), (inter, h)]
+    t = 0.0
+    for k_, n_ in mats:
+        t += spec.num_layers * max(2 * k_ * n_ / bw, 2 * b * k_ * n_ / peak)
+    t += max(2 * h * spec.vocab_size / tp / bw, 2 * b * h * spec.vocab_size / tp / peak)
+    return t * 1e3
+
+
+def kv_floor_ms(spec, tp: int, system: str, lp: int, ctx: list[int], classes: int, dense: bool,
+                bw: float, peak: float) -> float:
+    per_tok = 2 * spec.num_layers * spec.num_kv_heads // tp * spec.head_dim * 2  # bytes, K+V bf16
+    if system == "paged" or classes == 0:
+        return sum(ctx) * per_tok / bw * 1e3
+    own = sum(c - lp for c in ctx) * per_tok / bw
+    pref_bytes = classes * lp * per_tok
+    flops = 4 * len(ctx) * spec.num_heads // tp * spec.head_dim * lp * spec.num_layers
+    return (own + max(pref_bytes / bw, flops / peak)) * 1e3
+
+
+def make_prompts(b: int, lp: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    prefix = [rng.randrange(vocab) for _ in range(lp)]
+    return [prefix + [rng.randrange(vocab) for _ in range(rng.randint(16, 512))] for _ in range(b)]
+
+
+def busy_and_span_ms(prof) -> tuple[float, float]:
+    ivs = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0:
+            ivs.append((e.time_range.start, e.time_range.end))
+    if not ivs:
+        return 0.0, 0.0
+    ivs.sort()
+    busy, cur_s, cur_e = 0.0, ivs[0][0], ivs[0][1]
+    for s, e in ivs[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    return busy / 1e3, (ivs[-1][1] - ivs[0][0]) / 1e3
+
+
+def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps: int, prof_steps: int,
+             bw: float, peak: float) -> dict:
+    cfg = base_cfg.replace(system=system, max_running=max(b, 8))
+    eng = Engine(cfg, model=model)
+    spec = eng.spec
+    prompts = make_prompts(b, lp, spec.vocab_size)
+    params = SamplingParams(max_new_tokens=16 + steps + prof_steps + 8, ignore_eos=True)
+    reqs = [eng.add_request(p, params, shared_prefix_len=lp) for p in prompts]
+    sync()
+    t0 = time.perf_counter()
+    while eng.scheduler.waiting or any(r.kv_len < r.prefill_target for r in eng.scheduler.running):
+        eng.step()
+    sync()
+    prefill_s = time.perf_counter() - t0
+    for _ in range(8):  # warm-up: graph capture for this bucket/plan
+        eng.step()
+    sync()
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        eng.step()
+        times.append((time.perf_counter() - t) * 1e3)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(prof_steps):
+            eng.step()
+        sync()
+    busy, span = busy_and_span_ms(prof)
+    ctx = [r.seq_len for r in reqs]
+    att = eng.backend.stats()
+    classes = 1 if system != "paged" and att.get("paged_steps", 0) < att.get("decode_steps", 1) else 0
+    lin = linear_floor_ms(spec, cfg.tp, b, bw, peak)
+    kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, att.get("dense_steps", 0) > 0, bw, peak)
+    rec = {
+        "system": system, "model": spec.name, "Lp": lp, "B": b, "steps": steps,
+        "step_ms": statistics.median(times), "step_ms_p10": sorted(times)[len(times) // 10],
+        "step_ms_p90": sorted(times)[9 * len(times) // 10],
+        "gpu_busy_ms_per_step": busy / prof_steps, "window_ms_per_step": span / prof_steps,
+        "host_gap_share": 1 - busy / span if span else None,
+        "floor_ms": lin + kvf, "floor_linear_ms": lin, "floor_kv_ms": kvf,
+        "prefill_s": prefill_s, "attention": att, "graphs": {
+            "captures": eng.runner.graphs.captures if eng.runner.graphs else 0,
+            "replays": eng.runner.graphs.replays if eng.runner.graphs else 0},
+        "storage": {k: v for k, v in eng.storage.stats().items() if isinstance(v, (int, float, str))},
+    }
+    rec["step_over_floor"] = rec["step_ms"] / rec["floor_ms"]
+    for r in reqs:
+        if r.status != Status.FINISHED:
+            eng.abort(r.rid)
+    del eng
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return rec
+
+
+def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, lp: int, b: int, out_len: int) -> dict:
+    """Output throughput of one burst of B requests: in-process Engine vs the HTTP server."""
+    from aiohttp import web
+
+    from granikv.server.app import build_app
+    from granikv.server.loop import EngineLoop
+    from granikv.server.text import TextCodec
+    from harness.client import ClientConfig, run_benchmark
+    from harness.workloads import Request
+
+    cfg = base_cfg.replace(system=system, max_running=b)
+    prompts = make_prompts(b, lp, 128256 if model is None else model.spec.vocab_size, seed=1)
+    params = SamplingParams(max_new_tokens=out_len, ignore_eos=True)
+    out = {"system": system, "Lp": lp, "B": b, "output_len": out_len}
+    # in-process (same warm engine state as the server: one warm-up burst first)
+    eng = Engine(cfg, model=model)
+    eng.generate(prompts[:8], SamplingParams(max_new_tokens=8, ignore_eos=True), shared_prefix_lens=[lp] * 8)
+    sync()
+    t0 = time.perf_counter()
+    eng.generate(prompts, params, shared_prefix_lens=[lp] * b)
+    sync()
+    out["inprocess_output_throughput"] = b * out_len / (time.perf_counter() - t0)
+    del eng
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    eng = Engine(cfg, model=model)
+    loop = EngineLoop(eng)
+    loop.start()
+    reqs = [Request(id=str(i), input_ids=p, prefix_id="p0", shared_prefix_len=lp, output_len=out_len,
+                    arrival={"t_unit": 0.0}) for i, p in enumerate(prompts)]
+
+    async def go():
+        runner = web.AppRunner(build_app(loop, TextCodec()), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 30555)
+        await site.start()
+        try:
+            ccfg = ClientConfig(max_concurrency=b, warmup_requests=8, warmup_output_len=8, send_prefix_hint=True,
+                                progress=False)
+            return await run_benchmark("http://127.0.0.1:30555", reqs, ccfg)
+        finally:
+            await runner.cleanup()
+
+    res = asyncio.run(go())
+    loop.stop()
+    out["http_output_throughput"] = res.metrics["output_throughput"]
+    out["http_metrics"] = res.metrics
+    out["http_over_inprocess"] = out["http_output_throughput"] / out["inprocess_output_throughput"]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--cells", default="512x256,16384x256,16384x8", help="LpxB,...")
+    ap.add_argument("--systems", default="paged,cascade,granikv")
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--prof-steps", type=int, default=10)
+    ap.add_argument("--kv-budget-gb", type=float, default=40.0)
+    ap.add_argument("--m-sat", type=int, default=1024)
+    ap.add_argument("--hbm-tbps", type=float, default=4.48)
+    ap.add_argument("--peak-tflops", type=float, default=779.0)
+    ap.add_argument("--http", default="", help="LpxB:out_len for the HTTP vs in-process check")
+    ap.add_argument("--out", default="results/h200/engine/steps.json")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run of the script (tiny model)")
+    ap.add_argument("--kernel-impl", default="triton")
+    args = ap.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("engine_steps needs a CUDA GPU (or --device cpu for a dry run)", file=sys.stderr)
+        return 2
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    base = EngineConfig(model=args.model, device=args.device, kv_budget_gb=args.kv_budget_gb, max_context=17408,
+                        m_sat=args.m_sat, chunked_prefill_tokens=8192, kernel_impl=args.kernel_impl,
+                        min_prefix_for_hot=min(256, min(int(c.split("x")[0]) for c in args.cells.split(","))))
+    from granikv.model.spec import load_spec
+    from granikv.model.weights import load_model
+
+    spec = load_spec(args.model)
+    t0 = time.perf_counter()
+    model = load_model(spec, None, "dummy", None, 0, dtype, dev, max_positions=base.max_context)
+    print(f"model {args.model} loaded in {time.perf_counter() - t0:.1f}s", flush=True)
+    bw, peak = args.hbm_tbps * 1e12, args.peak_tflops * 1e12
+    records = []
+    for cell in args.cells.split(","):
+        lp, b = (int(x) for x in cell.split("x"))
+        for system in args.systems.split(","):
+            rec = run_cell(model, base, system, lp, b, args.steps, args.prof_steps, bw, peak)
+            records.append(rec)
+            print(f"{system:8s} Lp={lp:6d} B={b:4d} step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
+                  f"({rec['step_over_floor']:.2f}x)  gap {rec['host_gap_share'] or 0:.3f}  "
+                  f"att {rec['attention']}", flush=True)
+    doc = {"env": env_info(), "config": vars(args), "records": records}
+    if args.http:
+        cell, out_len = args.http.split(":")
+        lp, b = (int(x) for x in cell.split("x"))
+        doc["http"] = http_vs_inprocess(model, base, "granikv", lp, b, int(out_len))
+        h = doc["http"]
+        print(f"HTTP {h['http_output_throughput']:.0f} tok/s vs in-process {h['inprocess_output_throughput']:.0f} "
+              f"tok/s: {h['http_over_inprocess']:.3f}", flush=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
