@@ -79,6 +79,8 @@ for _n in ALL_TABLES:
 
 
 rule cell:
+    input:
+        [ancient(f"{R}/microbench/{n}.json") for n in PROFILE.cells_after],
     output:
         protected(R + "/{sweep}/{cell}.json"),
     params:

@@ -23,10 +23,12 @@ import asyncio
 import contextlib
 import datetime as dt
 import fcntl
+import hashlib
 import json
 import math
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -187,7 +189,8 @@ def ensure_workload(wcfg, workloads_dir: Path) -> Path:
 
     path = Path(workloads_dir) / workload_file_name(wcfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(str(path) + ".lock", "w") as lock:
+    key = hashlib.blake2b(str(path.resolve()).encode(), digest_size=8).hexdigest()
+    with open(Path(tempfile.gettempdir()) / f"granikv-workload-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
             write(wcfg, path)
@@ -226,7 +229,10 @@ def effective_m_sat(cfg: DictConfig) -> int:
     if cfg.m_sat is not None:
         return int(cfg.m_sat)
     hw = plain(cfg.hardware)
-    fitted = hardware_m_sat(hw.get("m_sat"), group_size(cfg.model))
+    g = group_size(cfg.model)
+    # the kernels microbench writes `m_sat` (g=4) and `m_sat_by_g` (per group size) into the file
+    fitted = hardware_m_sat(hw.get("m_sat_by_g"), g) if hw.get("m_sat_by_g") else None
+    fitted = fitted if fitted is not None else hardware_m_sat(hw.get("m_sat"), g)
     return fitted if fitted is not None else EngineConfig().m_sat
 
 
@@ -333,7 +339,7 @@ def launch_spec(cfg: DictConfig, run_dir: Path, max_context: int) -> systems.Lau
     port = int(cfg.server.port or systems.free_port(host))
     common = dict(host=host, port=port, log_path=run_dir / "server.log",
                   ready_timeout_s=float(cfg.server.ready_timeout_s), stop_grace_s=float(cfg.server.stop_grace_s),
-                  cwd=str(ROOT))
+                  cwd=str(ROOT), env={str(k): str(v) for k, v in (plain(cfg.hardware.get("env")) or {}).items()})
     if cfg.system.kind == "engine":
         argv = systems.engine_command(engine_args(cfg, max_context), host, port, module=cfg.server.module)
         return systems.LaunchSpec(name=cfg.system.name, argv=tuple(argv), **common)
@@ -443,8 +449,15 @@ def _run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
+def _terminate(signum: int, _frame: Any) -> None:
+    # SIGTERM (Snakemake or a user stopping the job) must unwind through launch()'s finally, so
+    # the server is stopped too; Python's default would exit without running it.
+    raise SystemExit(128 + signum)
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         doc, out = run_cell(cfg, _run_dir())
     except FileExistsError as e:

@@ -237,6 +237,7 @@ class PipelineProfile:
     gpus: int = 1
     sweeps: tuple[str, ...] = ()          # empty: every sweep
     microbench: Mapping[str, str] = field(default_factory=dict)  # name -> command template
+    cells_after: tuple[str, ...] = ()     # microbench files every cell waits for (e.g. the m_sat fit)
     stand_in: StandIn | None = None
     cell_overrides: tuple[str, ...] = ()  # extra Hydra overrides for every cell
     results_dir: str = "results"
@@ -261,6 +262,7 @@ class PipelineProfile:
             raise ValueError(f"grid must be one of {GRID_LEVELS}")
         return cls(stand_in=stand_in, sweeps=tuple(d.pop("sweeps", None) or ()),
                    cell_overrides=tuple(d.pop("cell_overrides", None) or ()),
+                   cells_after=tuple(d.pop("cells_after", None) or ()),
                    microbench=dict(d.pop("microbench", None) or {}), **d)
 
 

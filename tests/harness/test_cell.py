@@ -56,7 +56,7 @@ def test_cell_writes_a_valid_result_file(measured):
     assert c["hot_fraction"] == 0.05 and c["num_prompts"] == 6 and c["output_len"] == 5 and c["rate"] == "inf"
     assert c["sweep"] == "table24" and c["hardware"] == "cpu" and c["cell_id"] == path.stem
     assert c["stands_for"] == {"model": "llama-3.1-8b", "lp": 8192, "batch": 256}
-    assert c["m_sat"] == 32  # from conf/hardware/cpu.yaml
+    assert c["m_sat"] == 16  # from conf/hardware/cpu.yaml
     assert c["engine_args"]["hot_fraction"] == 0.05 and c["engine_args"]["max_running"] == 4
     assert c["workload_config"]["kind"] == "burst" and c["workload_config"]["vocab_size"] == 1024
     m = doc["metrics"]
@@ -129,7 +129,7 @@ def test_hardware_m_sat_forms():
 
 def test_m_sat_resolution_order():
     assert cell.effective_m_sat(_compose("hardware=a100-40gb")) == 1024
-    assert cell.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 32
+    assert cell.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 16
     assert cell.effective_m_sat(_compose("hardware=cpu", "m_sat=2147483648")) == 2**31
 
 
