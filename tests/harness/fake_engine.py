@@ -12,6 +12,7 @@ Misbehaviour for systems tests, through flags:
   --fake-ignore-sigterm    survive SIGTERM (stop() must SIGKILL the process group)
   --fake-spawn-child       start a child process in the same group (it must die with us)
   --fake-pidfile PATH      write "<pid> <child pid>" to PATH once listening
+  --fake-token-delay S     seconds per streamed token (default: env FAKE_TOKEN_DELAY or 0.001)
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fake-ignore-sigterm", action="store_true")
     p.add_argument("--fake-spawn-child", action="store_true")
     p.add_argument("--fake-pidfile", default=None)
-    p.add_argument("--fake-token-delay", type=float, default=0.001)
+    p.add_argument("--fake-token-delay", type=float, default=float(os.environ.get("FAKE_TOKEN_DELAY", "0.001")))
     args, _unknown_engine_flags = p.parse_known_args(argv)
     return args
 
@@ -96,8 +97,9 @@ async def serve(args: argparse.Namespace) -> None:
     runner = web.AppRunner(build_app(args))
     await runner.setup()
     await web.TCPSite(runner, args.host, args.port).start()
-    if args.fake_pidfile:
-        with open(args.fake_pidfile, "w") as f:
+    pidfile = args.fake_pidfile or os.environ.get("FAKE_PIDFILE")
+    if pidfile:
+        with open(pidfile, "w") as f:
             f.write(f"{os.getpid()} {child.pid if child else 0}\n")
     print(f"granikv server ready on http://{args.host}:{args.port}", flush=True)
     stop = asyncio.Event()

@@ -7,8 +7,10 @@ double: its numbers mean nothing); the composition tests use Hydra's compose API
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,38 @@ def test_engine_args_are_validated():
     cfg = _compose("model=tiny", "hardware=cpu", "hot_fraction=1.5")
     with pytest.raises(cell.CellError, match="hot_fraction"):
         cell.engine_args(cfg, 256)
+
+
+def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):
+    pidfile = tmp_path / "server.pid"
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cell", "model=tiny", "hardware=cpu", "workload=burst",
+                             "lp=16", "batch=1", "num_prompts=1", "output_len=1000", "workload.suffix_len=4",
+                             "warmup=0", f"results_dir={tmp_path}/r", f"workloads_dir={tmp_path}/w", FAKE,
+                             "+hardware.env.FAKE_TOKEN_DELAY=1", f"+hardware.env.FAKE_PIDFILE={pidfile}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not pidfile.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert pidfile.exists(), proc.communicate()[1][-2000:]
+        server = int(pidfile.read_text().split()[0])
+        time.sleep(1.0)  # the measured run is streaming now
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    end = time.monotonic() + 30
+    while _alive(server) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _alive(server)
+    assert not list((tmp_path / "r").rglob("*.json"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
