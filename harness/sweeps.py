@@ -336,6 +336,17 @@ def sweep_cells(sweep: Sweep, profile: PipelineProfile) -> list[Cell]:
     return list(cells.values())
 
 
+def left_out(sweep: Sweep, profile: PipelineProfile) -> int:
+    """Cells of the sweep's grid this profile cannot run (tp larger than its GPU count)."""
+    if not profile.gpus:
+        return 0
+    n = 0
+    for paper in sweep.points(profile.grid):
+        values = profile.stand_in.apply(paper) if profile.stand_in else paper
+        n += int(values.get("tp", 1)) > profile.gpus
+    return n * profile.reps
+
+
 @dataclass(frozen=True)
 class Plan:
     profile: PipelineProfile
@@ -425,10 +436,13 @@ def paper_view(results: Path | str, out: Path | str) -> int:
 def explain(p: Plan) -> str:
     lines = [f"profile {p.profile.name}: hardware {p.profile.hardware}, grid {p.profile.grid}, "
              f"reps {p.profile.reps}, gpus {p.profile.gpus}; results in {p.profile.results}"]
-    for name, sw in p.sweeps.items():
+    for name, sw in sorted(p.sweeps.items(), key=lambda kv: (len(kv[0]), kv[0])):
         own = p.cells.get(name, ())
         reads = ", ".join(r.sweep for r in sw.reads) or "-"
         line = f"  {name}: tables {list(sw.tables)}, {len(own)} cells, reads {reads}"
+        dropped = left_out(sw, p.profile)
+        if dropped:
+            line += f"; {dropped} cells left out (tp > {p.profile.gpus} GPUs)"
         if sw.microbench:
             ran = "runs" if sw.microbench in p.profile.microbench else "not run by this profile (marked missing)"
             line += f", microbench {sw.microbench}.json ({ran})"
