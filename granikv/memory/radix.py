@@ -88,18 +88,22 @@ class RadixCache:
         empty = np.empty(0, dtype=np.int32)
         self.root = Node(0, empty, empty, COLD, None, 0, None)
         self.root.lock_ref = 1  # the root is never evicted
+        self._scratch = np.empty(4096, dtype=bool)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, key: np.ndarray):
         return int(key[0]) if self.page_size == 1 else tuple(key[: self.page_size].tolist())
 
     def _common(self, a: np.ndarray, b: np.ndarray) -> int:
+        """Length of the common prefix of a and b (rounded down to pages). Compares into a reused
+        scratch buffer: allocating a fresh 16K-element temporary costs more than the compare."""
         m = min(len(a), len(b))
-        if m > 64 and a[:m].tobytes() == b[:m].tobytes():  # the usual case for a long shared prefix
-            n = m
-        else:
-            neq = np.flatnonzero(a[:m] != b[:m])
-            n = int(neq[0]) if neq.size else m
+        if len(self._scratch) < m:
+            self._scratch = np.empty(max(m, 2 * len(self._scratch)), dtype=bool)
+        ne = self._scratch[:m]
+        np.not_equal(a[:m], b[:m], out=ne)
+        i = int(ne.argmax()) if m else 0  # argmax of bools stops at the first True: the first mismatch
+        n = i if m and ne[i] else m
         return n - n % self.page_size
 
     def nodes(self) -> Iterator[Node]:

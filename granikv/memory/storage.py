@@ -102,6 +102,7 @@ class Storage:
         self.pool = alloc_pool
         self.radix = radix
         self.table = np.zeros((max_running, max_context), dtype=np.int32)
+        self.table.fill(0)  # touch every page now, not on a request's first admission (page faults)
         self.seq_lens = np.zeros(max_running, dtype=np.int64)
         # Next slot of the row's last page; a multiple of P means the page is full (P=1: always).
         self._next = np.zeros(max_running, dtype=np.int64)
@@ -119,10 +120,14 @@ class Storage:
         self.pool.free(slots)  # COLD (granikv): lent HOT slots go home
         return len(slots)
 
-    def _free_private(self, slots: np.ndarray) -> None:
-        if slots.size == 0:
+    def _free_positions(self, row: int, ranges: list[tuple[int, int]]) -> None:
+        """Free the private slots of positions [a, b) of a row. Every private range starts on a
+        page boundary, so its pages are the slots at every P-th position."""
+        parts = [self.table[row, a : b : self.P] for a, b in ranges if a < b]
+        if not parts:
             return
-        self.pool.free_pages(slots if self.P == 1 else np.unique(slots // self.P))
+        first = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self.pool.free_pages(first if self.P == 1 else first // self.P)
 
     def _alloc_pages(self, n: int) -> np.ndarray | None:
         if n == 0:
@@ -295,11 +300,8 @@ class Storage:
         # Private positions below `dup` duplicate the tree; those >= n are not cached.
         frees = []
         for a, b in adm.closed + [(adm.tail_start, int(self.seq_lens[r]))]:
-            if a < min(b, dup):
-                frees.append(self.table[r, a : min(b, dup)])
-            if max(a, n) < b:
-                frees.append(self.table[r, max(a, n) : b])
-        self._free_private(np.concatenate(frees) if frees else np.empty(0, dtype=np.int32))
+            frees += [(a, min(b, dup)), (max(a, n), b)]
+        self._free_positions(r, frees)
         self._end(adm)
 
     def abort(self, adm: Admission) -> None:
@@ -307,8 +309,7 @@ class Storage:
         if adm.done:
             raise ValueError("request already finished")
         r = adm.row
-        parts = [self.table[r, a:b] for a, b in adm.closed + [(adm.tail_start, int(self.seq_lens[r]))]]
-        self._free_private(np.concatenate(parts))
+        self._free_positions(r, adm.closed + [(adm.tail_start, int(self.seq_lens[r]))])
         self._end(adm)
 
     def _end(self, adm: Admission) -> None:
