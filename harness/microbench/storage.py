@@ -204,11 +204,58 @@ def pool_ops() -> list[dict]:
     return recs
 
 
+BEGIN, END = "<!-- storage-table:begin -->", "<!-- storage-table:end -->"
+
+
+def render_notes(result: dict) -> str:
+    """Markdown tables of a result file (the figures the perf notes show)."""
+    env, recs = result["env"], result["records"]
+    lines = [f"Machine: {env['cpu']} ({env['cpu_count']} cores, 1-min load {env.get('loadavg_1m', '?')} at start), "
+             f"Python {env['python']}, numpy {env['numpy']}, git {str(env['git_sha'])[:10]}, {env['started_at']}.",
+             "",
+             "| system | decode steps | µs/step (best rep) | µs/step (median rep) | CPU µs/step (best) "
+             "| grow_batch µs (median) | admit+cache_prompt µs (mean) | finish µs (mean) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for system in SYSTEMS:
+        steps = [r for r in recs if r["op"] == "decode_step" and r["system"] == system]
+        if not steps:
+            continue
+        best = min(steps, key=lambda r: r["us"])
+        rep = best["rep"]
+        pick = {r["op"]: r for r in recs if r["system"] == system and r.get("rep") == rep}
+        med = float(np.median([r["us"] for r in steps]))
+        lines.append(f"| {system} | {best['steps']} | {best['us']:.1f} | {med:.1f} | "
+                     f"{min(r['cpu_us'] for r in steps):.1f} | {pick['grow_batch']['us']:.1f} | "
+                     f"{pick['admit']['us']:.1f} | {pick['finish']['us']:.1f} |")
+    lines += ["", "| single operation | system | n | µs (median) |", "|---|---|---|---|"]
+    for r in recs:
+        if "rep" not in r:
+            lines.append(f"| {r['op']} | {r['system']} | {r['n']} | {r['us']:.1f} |")
+    return "\n".join(lines)
+
+
+def write_notes(result_path: str, notes_path: str) -> None:
+    """Replace the generated block of the Storage layer section of the perf notes."""
+    table = render_notes(json.loads(Path(result_path).read_text()))
+    doc = Path(notes_path).read_text()
+    if BEGIN not in doc or END not in doc:
+        raise SystemExit(f"{notes_path} has no {BEGIN} ... {END} block")
+    head, rest = doc.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    Path(notes_path).write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
+    print(f"updated {notes_path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="results/cpu/microbench/storage.json")
     ap.add_argument("--reps", type=int, default=3, help="runs of the 500-request scenario per system")
+    ap.add_argument("--notes-into", default=None,
+                    help="only render --out (existing) into this markdown file's storage-table block")
     args = ap.parse_args(argv)
+    if args.notes_into:
+        write_notes(args.out, args.notes_into)
+        return
     info = env()
     records = []
     print(f"{'system':8} {'steps':>5} {'grow µs (med)':>13} {'admit µs':>9} {'finish µs':>9} "

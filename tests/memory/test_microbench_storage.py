@@ -37,3 +37,8 @@ def test_main_writes_json(tmp_path, monkeypatch):
     ops = {(r["op"], r["system"]) for r in data["records"]}
     assert ("decode_step", "granikv") in ops and ("grow_batch", "paged") in ops
     assert all(r["us"] > 0 for r in data["records"])
+    notes = tmp_path / "notes.md"
+    notes.write_text(f"# x\n\n## Storage layer\n{bench.BEGIN}\nSTALE-BLOCK\n{bench.END}\nafter\n")
+    bench.main(["--out", str(out), "--notes-into", str(notes)])
+    text = notes.read_text()
+    assert "STALE-BLOCK" not in text and "| granikv |" in text and text.endswith(f"{bench.END}\nafter\n")

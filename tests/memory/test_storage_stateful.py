@@ -38,7 +38,7 @@ class StorageMachine(RuleBasedStateMachine):
     seen: set  # which interesting situations the random runs reached, per class
 
     @initialize(num_slots=st.sampled_from([160, 240, 400]), hot_fraction=st.sampled_from([0.0, 0.15, 0.4]),
-                page_size=st.sampled_from([1, 2, 4]), promote=st.sampled_from([0, 2]))
+                page_size=st.sampled_from([1, 2, 4]), promote=st.sampled_from([0, 1, 2]))
     def setup(self, num_slots, hot_fraction, page_size, promote):
         self.st = make_storage(self.system, num_slots, page_size=page_size if self.system != "granikv" else 16,
                                hot_fraction=hot_fraction, max_running=6, max_context=96,
@@ -195,9 +195,11 @@ def _run(system):
     run_state_machine_as_test(machine, settings=SETTINGS)
     print(f"{system}: {machine.steps} random operations, reached {sorted(machine.seen)}")
     assert machine.steps >= STEPS_PER_POLICY, machine.steps
+    # The situations the random runs must reach (promotions are reached in most runs but not all,
+    # so they are covered deterministically in test_storage.py instead).
     must = {"evicted_slots", "admit_failures", "cached_tokens"}
     if system == "granikv":
-        must |= {"hot_admits", "hot_hits", "hot_fallbacks", "lent_slots", "cached_slabs", "promotions_committed"}
+        must |= {"hot_admits", "hot_hits", "hot_fallbacks", "lent_slots", "cached_slabs"}
     assert must <= machine.seen, must - machine.seen
 
 
