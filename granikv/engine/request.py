@@ -64,6 +64,12 @@ class Request:
         return self.input_ids + self.output_ids
 
     @property
+    def last_token(self) -> int:
+        """The newest token (its KV is written by the next decode step). O(1): the decode loop
+        must never copy a 16K-token context per request per step."""
+        return self.output_ids[-1] if self.output_ids else self.input_ids[-1]
+
+    @property
     def seq_len(self) -> int:
         """Tokens the request's context holds once every known token has KV."""
         return len(self.input_ids) + len(self.output_ids)

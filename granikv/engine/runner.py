@@ -62,15 +62,15 @@ class ModelRunner:
 
     def _run_decode_graph(self, step: Step):
         reqs = step.decode
-        views = [ReqView(row=r.row, seq_len=r.seq_len, prefix_len=r.seq_len - 1, slab=r.prefix_slab,
-                         slots=r.slots, key=r.rid) for r in reqs]
+        lens = [r.seq_len for r in reqs]
+        views = [ReqView(r.row, n, n - 1, r.prefix_slab, r.slots, r.rid) for r, n in zip(reqs, lens)]
         host_batch = StepBatch(mode="decode", reqs=views, num_tokens=len(reqs), out_slots=None, rows=None,
                                prefix_lens=None, qo_indptr=None, seq_lens=None)
         plan = self.backend.plan_decode(host_batch)
         if not self.graphs.supports(len(reqs), plan):
             return None, plan
-        logits = self.graphs.run([r.all_ids[-1] for r in reqs], [r.seq_len - 1 for r in reqs], step.decode_slots,
-                                 [r.row for r in reqs], [r.seq_len for r in reqs], plan)
+        logits = self.graphs.run([r.last_token for r in reqs], [n - 1 for n in lens], step.decode_slots,
+                                 [r.row for r in reqs], lens, plan)
         return sample(logits, [r.params for r in reqs], self.generator), plan
 
     def _build_extend(self, step: Step):
@@ -105,7 +105,7 @@ class ModelRunner:
 
     def _build_decode(self, step: Step):
         reqs = step.decode
-        ids = [r.all_ids[-1] for r in reqs]
+        ids = [r.last_token for r in reqs]
         pos = [r.seq_len - 1 for r in reqs]
         rows = [r.row for r in reqs]
         out_slots = torch.tensor(step.decode_slots, dtype=torch.long, device=self.device)

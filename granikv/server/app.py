@@ -148,6 +148,7 @@ class Server:
             return web.json_response({"error": str(e)}, status=400)
         q = self.loop.submit(g.rid, g.input_ids, g.params, g.shared_prefix_len)
         out: list[int] = []
+        text = ""
         resp = None
         try:
             if g.stream:
@@ -163,8 +164,8 @@ class Server:
                     break
                 out.append(ev.token)
                 if resp is not None:
-                    chunk = {"text": self.codec.decode(out), "output_ids": list(out),
-                             "meta_info": self._meta(g, ev, len(out))}
+                    text = text + self.codec.decode([ev.token]) if self.codec.incremental else self.codec.decode(out)
+                    chunk = {"text": text, "output_ids": out, "meta_info": self._meta(g, ev, len(out))}
                     await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 if ev.finished:
                     break

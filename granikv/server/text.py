@@ -28,6 +28,12 @@ class TextCodec:
             return list(self.tok.encode(text, add_special_tokens=False))
         return list(text.encode("utf-8"))
 
+    @property
+    def incremental(self) -> bool:
+        """Whether decode(a + b) == decode(a) + decode(b), so streams can append pieces instead
+        of re-decoding the whole output for every chunk (O(n) instead of O(n^2))."""
+        return self.tok is None
+
     def decode(self, ids: list[int]) -> str:
         if self.tok is not None:
             return self.tok.decode(ids)
