@@ -95,9 +95,9 @@ class ColdPool:
                 raise ValueError("freeing slots below the COLD region without a lender")
             self.lender.take_back(slots[below])
             slots = slots[~below]
-        if slots.size and (int(slots.max()) >= self.end):
-            raise ValueError("freeing slots above the COLD region")
-        if self._used is not None:
+        if self._used is not None:  # validation costs a few µs per call: only in checked mode
+            if slots.size and int(slots.max()) >= self.end:
+                raise ValueError("freeing slots above the COLD region")
             own = slots - self.start
             assert self._used[own].all(), "COLD double free"
             assert np.unique(own).size == own.size, "COLD double free within one call"

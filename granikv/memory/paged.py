@@ -63,9 +63,9 @@ class PagedPool:
         pages = np.asarray(pages, dtype=np.int32)
         if pages.size == 0:
             return
-        if int(pages.min()) < self.first_page or int(pages.max()) >= self.end_page:
-            raise ValueError("freeing a page outside the pool")
-        if self._used is not None:
+        if self._used is not None:  # validation costs a few µs per call: only in checked mode
+            if int(pages.min()) < self.first_page or int(pages.max()) >= self.end_page:
+                raise ValueError("freeing a page outside the pool")
             idx = pages - self.first_page
             assert self._used[idx].all(), "page double free"
             assert np.unique(idx).size == idx.size, "page double free within one call"

@@ -135,6 +135,8 @@ def run_decode(system: str, seed: int = 42, num_slots: int | None = None, lp: in
         "finish_us_mean": wall["finish"] / n_finish / 1e3,
         "step_us": sum(wall.values()) / steps / 1e3,
         "step_cpu_us": sum(cpu.values()) / steps / 1e3,
+        "cpu_us": {"grow_batch": cpu["grow"] / steps / 1e3, "admit": cpu["admit"] / n_admit / 1e3,
+                   "finish": cpu["finish"] / n_finish / 1e3},
         "hot_admits": s.get("hot_admits", 0), "hot_hits": s.get("hot_hits", 0),
         "hot_fallbacks": s.get("hot_fallbacks", 0), "live_after": s["live_requests"],
         "cached_slots_after": s["cached_slots"],
@@ -273,9 +275,10 @@ def main(argv: list[str] | None = None) -> None:
                 {**base, "op": "decode_step", "us": r["step_us"], "cpu_us": r["step_cpu_us"],
                  "hot_admits": r["hot_admits"], "hot_hits": r["hot_hits"], "hot_fallbacks": r["hot_fallbacks"],
                  "cached_tokens": r["cached_tokens"]},
-                {**base, "op": "grow_batch", "us": r["grow_us_median"], "us_mean": r["grow_us_mean"]},
-                {**base, "op": "admit", "us": r["admit_us_mean"]},
-                {**base, "op": "finish", "us": r["finish_us_mean"]},
+                {**base, "op": "grow_batch", "us": r["grow_us_median"], "us_mean": r["grow_us_mean"],
+                 "cpu_us": r["cpu_us"]["grow_batch"]},
+                {**base, "op": "admit", "us": r["admit_us_mean"], "cpu_us": r["cpu_us"]["admit"]},
+                {**base, "op": "finish", "us": r["finish_us_mean"], "cpu_us": r["cpu_us"]["finish"]},
             ]
     print("single operations (median µs):")
     for rec in [r for system in ("paged", "granikv") for r in request_ops(system)] + pool_ops():
