@@ -144,53 +144,62 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     return rec
 
 
-def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, lp: int, b: int, out_len: int) -> dict:
-    """Output throughput of one burst of B requests: in-process Engine vs the HTTP server."""
+def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str) -> dict:
+    """Output throughput of one workload file served in-process (Engine.generate) and over HTTP
+    (this process serves; the streaming client runs as a separate process, as in a real cell)."""
+    import subprocess
+    import tempfile
+
     from aiohttp import web
 
     from granikv.server.app import build_app
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
-    from harness.client import ClientConfig, run_benchmark
-    from harness.workloads import Request
+    from harness.workloads import read_workload
 
+    wl = read_workload(workload)
+    reqs = wl.requests
+    b = len(reqs)
     cfg = base_cfg.replace(system=system, max_running=b)
-    prompts = make_prompts(b, lp, 128256 if model is None else model.spec.vocab_size, seed=1)
-    params = SamplingParams(max_new_tokens=out_len, ignore_eos=True)
-    out = {"system": system, "Lp": lp, "B": b, "output_len": out_len}
-    # in-process (same warm engine state as the server: one warm-up burst first)
+    out = {"system": system, "workload": Path(workload).name, "B": b, "output_len": reqs[0].output_len}
     eng = Engine(cfg, model=model)
-    eng.generate(prompts[:8], SamplingParams(max_new_tokens=8, ignore_eos=True), shared_prefix_lens=[lp] * 8)
+    warm = [r.input_ids for r in reqs[:8]]
+    eng.generate(warm, SamplingParams(max_new_tokens=8, ignore_eos=True),
+                 shared_prefix_lens=[r.shared_prefix_len for r in reqs[:8]])
     sync()
     t0 = time.perf_counter()
-    eng.generate(prompts, params, shared_prefix_lens=[lp] * b)
+    eng.generate([r.input_ids for r in reqs], [SamplingParams(max_new_tokens=r.output_len, ignore_eos=True)
+                                               for r in reqs],
+                 shared_prefix_lens=[r.shared_prefix_len for r in reqs])
     sync()
-    out["inprocess_output_throughput"] = b * out_len / (time.perf_counter() - t0)
+    out["inprocess_output_throughput"] = sum(r.output_len for r in reqs) / (time.perf_counter() - t0)
     del eng
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     eng = Engine(cfg, model=model)
     loop = EngineLoop(eng)
     loop.start()
-    reqs = [Request(id=str(i), input_ids=p, prefix_id="p0", shared_prefix_len=lp, output_len=out_len,
-                    arrival={"t_unit": 0.0}) for i, p in enumerate(prompts)]
+    res_path = Path(tempfile.mkdtemp()) / "client.json"
 
     async def go():
         runner = web.AppRunner(build_app(loop, TextCodec()), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 30555)
-        await site.start()
+        await web.TCPSite(runner, "127.0.0.1", 30555).start()
         try:
-            ccfg = ClientConfig(max_concurrency=b, warmup_requests=8, warmup_output_len=8, send_prefix_hint=True,
-                                progress=False)
-            return await run_benchmark("http://127.0.0.1:30555", reqs, ccfg)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "harness.client", "--url", "http://127.0.0.1:30555", "--workload", workload,
+                "--max-concurrency", str(b), "--warmup-requests", "8", "--warmup-output-len", "8",
+                "--send-prefix-hint", "--no-progress", "--no-records", "--output", str(res_path),
+                stdout=subprocess.DEVNULL)
+            await proc.wait()
         finally:
             await runner.cleanup()
 
-    res = asyncio.run(go())
+    asyncio.run(go())
     loop.stop()
-    out["http_output_throughput"] = res.metrics["output_throughput"]
-    out["http_metrics"] = res.metrics
+    metrics = json.loads(res_path.read_text())["metrics"]
+    out["http_output_throughput"] = metrics["output_throughput"]
+    out["http_metrics"] = metrics
     out["http_over_inprocess"] = out["http_output_throughput"] / out["inprocess_output_throughput"]
     return out
 
@@ -206,7 +215,7 @@ def main(argv=None) -> int:
     ap.add_argument("--m-sat", type=int, default=1024)
     ap.add_argument("--hbm-tbps", type=float, default=4.48)
     ap.add_argument("--peak-tflops", type=float, default=779.0)
-    ap.add_argument("--http", default="", help="LpxB:out_len for the HTTP vs in-process check")
+    ap.add_argument("--http", default="", help="workload .jsonl for the HTTP vs in-process check (granikv)")
     ap.add_argument("--out", default="results/h200/engine/steps.json")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run of the script (tiny model)")
     ap.add_argument("--kernel-impl", default="triton")
@@ -238,9 +247,7 @@ def main(argv=None) -> int:
                   f"att {rec['attention']}", flush=True)
     doc = {"env": env_info(), "config": vars(args), "records": records}
     if args.http:
-        cell, out_len = args.http.split(":")
-        lp, b = (int(x) for x in cell.split("x"))
-        doc["http"] = http_vs_inprocess(model, base, "granikv", lp, b, int(out_len))
+        doc["http"] = http_vs_inprocess(model, base, "granikv", args.http)
         h = doc["http"]
         print(f"HTTP {h['http_output_throughput']:.0f} tok/s vs in-process {h['inprocess_output_throughput']:.0f} "
               f"tok/s: {h['http_over_inprocess']:.3f}", flush=True)
