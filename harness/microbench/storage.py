@@ -212,7 +212,9 @@ BEGIN, END = "<!-- storage-table:begin -->", "<!-- storage-table:end -->"
 def render_notes(result: dict) -> str:
     """Markdown tables of a result file (the figures the perf notes show)."""
     env, recs = result["env"], result["records"]
-    lines = [f"Machine: {env['cpu']} ({env['cpu_count']} cores, 1-min load {env.get('loadavg_1m', '?')} at start), "
+    load = env.get("loadavg_1m")
+    load = f"{load:.2f}" if isinstance(load, float) else "?"
+    lines = [f"Machine: {env['cpu']} ({env['cpu_count']} cores, 1-min load {load} at start), "
              f"Python {env['python']}, numpy {env['numpy']}, git {str(env['git_sha'])[:10]}, {env['started_at']}.",
              "",
              "| system | decode steps | µs/step (best rep) | µs/step (median rep) | CPU µs/step (best) "
