@@ -466,11 +466,15 @@ class GraniKVStorage(Storage):
                 self.counters.hot_admits += 1
                 return adm
             self.counters.hot_fallbacks += 1
-        prefix = PrefixInfo(int(m.parts[0][0]), run, run_slab.id) if run > 0 else None
+        # A HOT run counts as this request's prefix when it covers the named prefix, or (no name)
+        # when it is long enough to be worth a prefix pass; a few tokens shared by accident (a BOS)
+        # are read through the slot table like any other cached token.
+        worth = Lp if Lp is not None else self.policy.cfg.min_prefix_for_hot
+        prefix = PrefixInfo(int(m.parts[0][0]), run, run_slab.id) if run > 0 and run >= worth else None
         adm = self._place(tokens, m.node, m.parts, m.length, prefix, None)
         if adm is None:
             return None
-        if run > 0:
+        if prefix is not None:
             self.counters.hot_hits += 1
         elif Lp is None or m.length >= Lp:
             plan = self.policy.consider(m, Lp if Lp is not None and m.length >= Lp else None)

@@ -284,3 +284,16 @@ def test_stats_keys():
     s = gk().stats()
     for k in ("hot_admits", "hot_fallbacks", "lent_slots", "cached_slabs", "cold_free", "hot_free"):
         assert k in s
+
+
+def test_accidental_short_hot_match_is_not_a_prefix():
+    st = gk(min_prefix_for_hot=16)
+    P = seq(5000, 64)
+    a = st.admit(P + [1], shared_prefix_len=64)
+    st.cache_prompt(a, P + [1])
+    b = st.admit(P[:3] + [9, 9, 9])  # shares 3 slab tokens by accident (think: a BOS)
+    assert b.cached_len == 3 and b.prefix is None
+    c = st.admit(P[:20] + [9])  # 20 >= min_prefix_for_hot: worth a prefix pass over the slab
+    assert c.prefix is not None and c.prefix.prefix_len == 20
+    st.audit()
+    drain(st)
