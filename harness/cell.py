@@ -301,6 +301,13 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("retractions", "hot_admits", "hot_fallbacks", "hot_slab_tokens", "decode_steps", "prefill_steps"):
         if key in info and not isinstance(info[key], Mapping):
             out[key] = info[key]
+    for key, suffix in (("steps", "_steps"), ("step_time_s", "_time_s")):
+        if isinstance(info.get(key), Mapping):  # {"extend": n, "decode": n} -> extend_steps, ...
+            for phase, value in info[key].items():
+                out.setdefault(f"{phase}{suffix}", value)
+    for key in ("running", "waiting"):
+        if key in info:
+            out[f"{key}_at_end"] = info[key]
     if isinstance(info.get("storage"), Mapping):
         out["storage"] = info["storage"]
         for key in ("hot_slab_tokens", "hot_admits", "hot_fallbacks"):
@@ -360,6 +367,50 @@ def launch_spec(cfg: DictConfig, run_dir: Path, max_context: int) -> systems.Lau
     raise CellError(f"system kind must be engine or external, got {cfg.system.kind!r}")
 
 
+def _progress(info: Mapping[str, Any]) -> tuple[str, int]:
+    """(a fingerprint of the engine's step counters, requests it holds) from /server_info."""
+    attn = info.get("attention") if isinstance(info.get("attention"), Mapping) else {}
+    steps = json.dumps([info.get("steps"), attn.get("decode_steps")], sort_keys=True, default=str)
+    held = int(info.get("running") or 0) + int(info.get("waiting") or 0)
+    return steps, held
+
+
+async def guarded(system: systems.RunningSystem, benchmark, info_path: str | None, stall_s: float):
+    """Run the client, but give up when the server dies or (engine systems) holds requests and
+    makes no step progress for `stall_s` seconds: a crashed engine thread behind a live HTTP
+    listener would otherwise keep the cell waiting for the client's per-request timeout."""
+    task = asyncio.ensure_future(benchmark)
+    last, since = None, time.monotonic()
+    poll = max(0.5, min(10.0, stall_s / 4))
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll)
+            if done:
+                return task.result()
+            code = system.proc.poll() if system.proc else None
+            if code is not None:
+                raise CellError(f"the server exited with code {code} during the run; log {system.spec.log_path}:\n"
+                                f"{systems.log_tail(system.spec.log_path)}")
+            if info_path is None:
+                continue
+            try:
+                info = await asyncio.to_thread(systems.get_json, system.base_url, info_path, 10.0)
+            except Exception:  # noqa: BLE001 - a busy server may answer late; death is caught above
+                continue
+            steps, held = _progress(info)
+            now = time.monotonic()
+            if steps != last or held == 0:
+                last, since = steps, now
+            elif now - since > stall_s:
+                raise CellError(f"the engine holds {held} requests but made no step for {stall_s:.0f} s; "
+                                f"log {system.spec.log_path}:\n{systems.log_tail(system.spec.log_path)}")
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+
 def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     """Measure the cell; return the result document and where it was written."""
     from harness.client import ClientConfig, run_benchmark
@@ -387,10 +438,12 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         progress=bool(cfg.client.progress))
 
     t0 = time.monotonic()
+    info_path = cfg.system.get("server_info_path", "/server_info")
     with systems.launch(spec) as system:
         ready_s = system.ready_after_s
-        result = asyncio.run(run_benchmark(system.base_url, requests, client_cfg))
-        info_path = cfg.system.get("server_info_path", "/server_info")
+        watch = info_path if cfg.system.kind == "engine" else None
+        result = asyncio.run(guarded(system, run_benchmark(system.base_url, requests, client_cfg), watch,
+                                     float(cfg.server.stall_timeout_s)))
         try:
             info = systems.get_json(system.base_url, info_path)
         except Exception as e:  # noqa: BLE001 - an external system may not report counters

@@ -13,6 +13,7 @@ Misbehaviour for systems tests, through flags:
   --fake-spawn-child       start a child process in the same group (it must die with us)
   --fake-pidfile PATH      write "<pid> <child pid>" to PATH once listening
   --fake-token-delay S     seconds per streamed token (default: env FAKE_TOKEN_DELAY or 0.001)
+  env FAKE_STALL=1         accept requests but never step (a crashed engine thread)
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_app(args: argparse.Namespace) -> web.Application:
     counters = {"decode_steps": 0, "dense_steps": 0, "cascade_steps": 0, "paged_steps": 0}
-    state = {"flushes": 0, "requests": 0}
+    state = {"flushes": 0, "requests": 0, "active": 0}
+    stall = os.environ.get("FAKE_STALL") == "1"  # accept requests, never step (a dead engine thread)
 
     async def health(_: web.Request) -> web.Response:
         return web.Response(status=503 if args.fake_never_healthy else 200, text="ok")
@@ -55,7 +57,8 @@ def build_app(args: argparse.Namespace) -> web.Application:
     async def server_info(_: web.Request) -> web.Response:
         return web.json_response({"config": {"system": args.system}, "attention": dict(counters),
                                   "retractions": 0, "hot_admits": 1 if args.system == "granikv" else 0,
-                                  "hot_fallbacks": 0, "storage": {"fake": True},
+                                  "hot_fallbacks": 0, "storage": {"fake": True}, "running": state["active"],
+                                  "waiting": 0, "steps": {"decode": counters["decode_steps"]},
                                   "fake": {"flushes": state["flushes"], "requests": state["requests"]}})
 
     async def flush(_: web.Request) -> web.Response:
@@ -69,6 +72,9 @@ def build_app(args: argparse.Namespace) -> web.Application:
         state["requests"] += 1
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        state["active"] += 1
+        if stall:
+            await asyncio.sleep(3600)
         for i in range(1, n + 1):
             await asyncio.sleep(args.fake_token_delay)
             counters["decode_steps"] += 1
@@ -78,6 +84,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
             event = {"text": "x" * i, "output_ids": [7] * i,
                      "meta_info": {"prompt_tokens": prompt, "completion_tokens": i, "cached_tokens": 0}}
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+        state["active"] -= 1
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

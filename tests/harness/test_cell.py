@@ -181,6 +181,15 @@ def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):
     assert not list((tmp_path / "r").rglob("*.json"))
 
 
+def test_a_stalled_engine_fails_the_cell_instead_of_hanging(tmp_path):
+    out = _run("model=tiny", "hardware=cpu", "workload=burst", "lp=16", "batch=2", "num_prompts=2", "output_len=4",
+               "workload.suffix_len=4", "warmup=0", f"results_dir={tmp_path}/r", f"workloads_dir={tmp_path}/w", FAKE,
+               "+hardware.env.FAKE_STALL=1", "server.stall_timeout_s=3")
+    assert out.returncode == 1
+    assert "holds 2 requests but made no step for 3 s" in out.stderr
+    assert not list((tmp_path / "r").rglob("*.json"))
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
