@@ -56,6 +56,7 @@ class EngineConfig:
 
     # runner
     cuda_graphs: bool = True
+    overlap_schedule: bool = True  # queue decode step N+1 before reading step N's tokens (greedy)
     graph_batch_sizes: tuple[int, ...] = field(
         default_factory=lambda: (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
     )

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import torch
 
 from granikv.config import EngineConfig
-from granikv.engine.request import Request, SamplingParams, Status
+from granikv.engine.request import PENDING, Request, SamplingParams, Status
+from granikv.engine.runner import Launched
 from granikv.engine.scheduler import Scheduler
 
 
@@ -62,6 +63,7 @@ class Engine:
         self._seq = itertools.count()
         self.requests: dict[str, Request] = {}
         self.steps = {"extend": 0, "decode": 0}
+        self.inflight: Launched | None = None  # a queued decode step whose tokens are not read yet
         self.step_time = {"extend": 0.0, "decode": 0.0}
 
     # -- API ----------------------------------------------------------------------------------
@@ -89,38 +91,90 @@ class Engine:
             self.scheduler.abort(req)
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or self.inflight is not None
 
     def step(self) -> list[StepOutput]:
-        step = self.scheduler.schedule()
-        if step is None:
-            return []
+        """One engine iteration; returns the tokens that became known in it.
+
+        With `overlap_schedule` (greedy decode, nothing waiting to be admitted) the next decode
+        step is scheduled and queued on the device *before* waiting for the current one: the
+        host's bookkeeping runs while the GPU works, and the GPU never idles between steps. The
+        price, as in SGLang's overlap scheduler, is that a request stopping on EOS may run one
+        extra step whose result is dropped.
+        """
         t0 = time.perf_counter()
-        tokens = self.runner.run(step)
-        outs: list[StepOutput] = []
-        if step.mode == "extend":
-            sampled = [it.req for it in step.prefill if it.last_chunk]
-            for it in step.prefill:
-                self.scheduler.commit_prefill(it)
-        else:
-            sampled = step.decode
-            for r in step.decode:
-                self.scheduler.commit_decode(r)
-        now = time.monotonic()
-        for req, tok in zip(sampled, tokens):
-            req.output_ids.append(int(tok))
-            if req.first_token_time is None:
-                req.first_token_time = now
-            done = req.check_finished(self.eos_ids)
-            if done:
-                self.scheduler.finish(req)
-                req.finish_time = now
-                self.requests.pop(req.rid, None)
-            outs.append(StepOutput(req, int(tok), done))
+        if self.inflight is None:
+            step = self.scheduler.schedule()
+            if step is None:
+                return []
+            if step.mode == "extend":
+                outs = self._run_extend(step)
+                self.step_time["extend"] += time.perf_counter() - t0
+                return outs
+            self.inflight = self._launch(step)
+        nxt = None
+        if self._can_overlap():
+            step = self.scheduler.schedule_decode()
+            if step is not None:
+                nxt = self._launch(step)
+        outs = self._complete(self.inflight)
+        self.inflight = nxt
         self._run_promotions()
-        self.steps[step.mode] += 1
-        self.step_time[step.mode] += time.perf_counter() - t0
+        self.step_time["decode"] += time.perf_counter() - t0
         return outs
+
+    def _can_overlap(self) -> bool:
+        if not self.config.overlap_schedule or self.scheduler.waiting:
+            return False
+        return all(r.params.temperature == 0 for r in self.inflight.reqs) and all(
+            r.kv_len >= r.prefill_target for r in self.scheduler.running)
+
+    def _launch(self, step) -> Launched:
+        la = self.runner.launch_decode(step)
+        la.gens = [r.gen for r in step.decode]
+        for r in step.decode:
+            r.output_ids.append(PENDING)
+            r.pending += 1
+        self.steps["decode"] += 1
+        return la
+
+    def _complete(self, la) -> list[StepOutput]:
+        tokens = self.runner.complete(la)
+        now = time.monotonic()
+        outs: list[StepOutput] = []
+        for req, gen, tok in zip(la.reqs, la.gens, tokens):
+            if req.status != Status.RUNNING or req.gen != gen:
+                continue  # finished, aborted or retracted while this step was in flight
+            idx = len(req.output_ids) - req.pending
+            req.output_ids[idx] = int(tok)
+            req.pending -= 1
+            self.scheduler.commit_decode(req)
+            outs.append(self._emit(req, int(tok), now, idx))
+        return outs
+
+    def _run_extend(self, step) -> list[StepOutput]:
+        tokens = self.runner.run(step)
+        for it in step.prefill:
+            self.scheduler.commit_prefill(it)
+        now = time.monotonic()
+        outs = []
+        for req, tok in zip([it.req for it in step.prefill if it.last_chunk], tokens):
+            req.output_ids.append(int(tok))
+            outs.append(self._emit(req, int(tok), now, len(req.output_ids) - 1))
+        self._run_promotions()
+        self.steps["extend"] += 1
+        return outs
+
+    def _emit(self, req: Request, tok: int, now: float, idx: int) -> StepOutput:
+        if req.first_token_time is None:
+            req.first_token_time = now
+        done = req.check_finished(self.eos_ids, idx)
+        if done:
+            req.drop_pending()
+            self.scheduler.finish(req)
+            req.finish_time = now
+            self.requests.pop(req.rid, None)
+        return StepOutput(req, tok, done)
 
     def _run_promotions(self) -> None:
         """Copy COLD prefixes the admission policy chose for HOT into their slabs (one copy of

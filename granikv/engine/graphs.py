@@ -22,7 +22,7 @@ from granikv.attention.batch import StepBatch
 from granikv.attention.plan import DecodeMeta, DecodePlan
 from granikv.kernels.prefix_classes import PrefixClasses
 
-N_BASE = 6  # ids, pos, out_slots, rows, seq_lens, kv_start
+N_BASE = 6  # (unused), pos, out_slots, rows, seq_lens, kv_start
 
 
 @dataclass
@@ -43,6 +43,7 @@ class _Graph:
     dev: torch.Tensor  # device int64 [length]
     graph: torch.cuda.CUDAGraph
     logits: torch.Tensor
+    next_tokens: torch.Tensor
     event: torch.cuda.Event
 
 
@@ -57,6 +58,7 @@ class DecodeGraphs:
         self.max_classes = max_classes
         self.graphs: dict[tuple, _Graph] = {}
         self.pool = None
+        self.tok_buf: torch.Tensor | None = None  # set by the runner: newest token per row
         self.replays = 0
         self.captures = 0
 
@@ -83,9 +85,10 @@ class DecodeGraphs:
         """Views + int32 conversions of the packed buffer (run inside the capture)."""
         b = g_bucket
         f = [dev[i * b:(i + 1) * b] for i in range(N_BASE)]
-        ids, pos, out_slots = f[0], f[1], f[2]
+        pos, out_slots = f[1], f[2]
         rows, seq_lens, kv_start = (x.to(torch.int32) for x in f[3:6])
         self.slot_table[rows.long(), pos] = out_slots.to(torch.int32)
+        ids = self.tok_buf[f[3]]
         meta_passes = {}
         for p in passes:
             o, c = p.off, p.classes
@@ -100,12 +103,11 @@ class DecodeGraphs:
         batch = StepBatch(mode="decode", reqs=[], num_tokens=b, out_slots=out_slots, rows=rows,
                           prefix_lens=seq_lens - 1, qo_indptr=None, seq_lens=seq_lens)
         self.backend.bind(batch, DecodeMeta(kv_start=kv_start, kv_len=seq_lens - kv_start, passes=meta_passes))
-        return ids, pos
+        return ids, pos, f[3]
 
-    def _pack(self, g: _Graph, ids, pos, out_slots, rows, seq_lens, plan: DecodePlan, n: int) -> None:
+    def _pack(self, g: _Graph, pos, out_slots, rows, seq_lens, plan: DecodePlan, n: int) -> None:
         b = g.bucket
         h = np.zeros(g.length, dtype=np.int64)
-        h[0:n] = ids
         h[b:b + n] = pos
         h[2 * b:2 * b + n] = out_slots
         h[3 * b:3 * b + n] = rows
@@ -130,9 +132,10 @@ class DecodeGraphs:
             h[w0:w0 + len(where)] = where
             if not p.slab:
                 h[w0 + len(where):w0 + C] = self.pad_row
-        g.event.synchronize()  # the previous replay's copy out of this pinned buffer is done
+        g.event.synchronize()  # the previous copy out of this pinned buffer is done (not the replay)
         g.host.numpy()[:] = h
-        g.dev.copy_(g.host, non_blocking=True)
+        g.dev.copy_(g.host, non_blocking=True)  # stream-ordered: lands after the previous replay
+        g.event.record()
 
     def _capture(self, bucket: int, sig: tuple) -> _Graph:
         passes, length = self._layout(bucket, sig)
@@ -149,30 +152,36 @@ class DecodeGraphs:
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(2):  # compile Triton kernels and warm cuBLAS outside the capture
-                ids, pos = self._bind(bucket, passes, dev)
-                self.model.forward(ids, pos, self.backend)
+                self._forward(bucket, passes, dev)
         torch.cuda.current_stream().wait_stream(s)
         graph = torch.cuda.CUDAGraph()
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=self.pool):
-            ids, pos = self._bind(bucket, passes, dev)
-            logits = self.model.forward(ids, pos, self.backend)
+            logits, nxt = self._forward(bucket, passes, dev)
         self.captures += 1
         ev = torch.cuda.Event()
         ev.record()
-        return _Graph(bucket, passes, length, host, dev, graph, logits, ev)
+        return _Graph(bucket, passes, length, host, dev, graph, logits, nxt, ev)
+
+    def _forward(self, bucket, passes, dev):
+        """The captured step: inputs from tok_buf, model, greedy sample written back to tok_buf."""
+        ids, pos, rows = self._bind(bucket, passes, dev)
+        logits = self.model.forward(ids, pos, self.backend)
+        nxt = logits.argmax(dim=-1)
+        self.tok_buf[rows] = nxt
+        return logits, nxt
 
     # -- replay -----------------------------------------------------------------------------------
-    def run(self, ids, pos, out_slots, rows, seq_lens, plan: DecodePlan) -> torch.Tensor:
-        n = len(ids)
+    def run(self, pos, out_slots, rows, seq_lens, plan: DecodePlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replay the step's graph; returns (logits[:n], greedy tokens[:n]) on the device."""
+        n = len(pos)
         bucket = self.bucket_for(n)
         key = (bucket, plan.signature())
         g = self.graphs.get(key)
         if g is None:
             g = self.graphs[key] = self._capture(bucket, key[1])
-        self._pack(g, ids, pos, out_slots, rows, seq_lens, plan, n)
+        self._pack(g, pos, out_slots, rows, seq_lens, plan, n)
         g.graph.replay()
-        g.event.record()
         self.replays += 1
-        return g.logits[:n]
+        return g.logits[:n], g.next_tokens[:n]

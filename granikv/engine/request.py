@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+PENDING = -1  # placeholder for a token a queued decode step has not returned yet
+
 
 class Status(enum.Enum):
     WAITING = "waiting"
@@ -54,6 +56,8 @@ class Request:
     cached_tokens: int = 0  # tokens reused from the radix cache at (last) admission
     prefix_slab: tuple[int, int] | None = None  # (hot_base, prefix_len) when the prefix is HOT
     retractions: int = 0
+    gen: int = 0  # admission generation: results of steps launched before a retraction are dropped
+    pending: int = 0  # trailing PENDING placeholders in output_ids (decode steps in flight)
     prefill_target: int = 0  # tokens whose KV the current admission must compute
     slots: object = None  # host copy of the prompt's slots (numpy int32)
     first_token_time: float | None = None
@@ -80,11 +84,18 @@ class Request:
         target = self.seq_len - (1 if self.output_ids else 0)
         return self.kv_len < target
 
-    def check_finished(self, eos_ids: tuple[int, ...]) -> bool:
+    def drop_pending(self) -> None:
+        if self.pending:
+            del self.output_ids[len(self.output_ids) - self.pending:]
+            self.pending = 0
+
+    def check_finished(self, eos_ids: tuple[int, ...], idx: int | None = None) -> bool:
+        """Whether the token at output position `idx` (default: the last) ends the request."""
         if not self.output_ids:
             return False
-        last = self.output_ids[-1]
-        if len(self.output_ids) >= self.params.max_new_tokens:
+        idx = len(self.output_ids) - 1 if idx is None else idx
+        last = self.output_ids[idx]
+        if idx + 1 >= self.params.max_new_tokens:
             self.finish_reason = "length"
             return True
         if not self.params.ignore_eos and (last in eos_ids or last in self.params.stop_token_ids):

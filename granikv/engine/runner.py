@@ -1,12 +1,18 @@
 """ModelRunner: turns a scheduled Step into device tensors, runs the model, samples.
 
 It owns the KV cache, the slot table (`req_to_slot[max_running + 1, max_context]`, int32 on
-the device; the last row is an all-zero row that padded batch entries read) and the attention
-backend of the configured system. The scheduler stays host-only; everything the kernels read
-is built here.
+the device; the last row is an all-zero row that padded batch entries read), the attention
+backend of the configured system, and `tok_buf[row]`: each running request's newest token on
+the device. Decode steps read their input tokens from `tok_buf` and greedy decode writes the
+sampled tokens back into it on the device, so the host never has to know a step's tokens
+before launching the next step (this is what lets the engine overlap scheduling of step N+1
+with the GPU work of step N). The scheduler stays host-only; everything the kernels read is
+built here.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,9 +23,21 @@ from granikv.engine.sampling import sample
 from granikv.engine.scheduler import Step
 
 
+@dataclass
+class Launched:
+    """A decode step whose GPU work is queued; `complete` turns it into tokens."""
+
+    reqs: list[Request]
+    tokens: torch.Tensor | None  # greedy: sampled ids (pinned host copy in flight)
+    event: torch.cuda.Event | None
+    logits: torch.Tensor | None  # non-greedy: sampled on the host at completion
+    rows: torch.Tensor | None
+    gens: list[int] = field(default_factory=list)  # each request's admission generation at launch
+
+
 class ModelRunner:
     def __init__(self, model, backend, kv_cache, slot_table: torch.Tensor, device: torch.device,
-                 vocab_size: int, seed: int = 0, graphs=None) -> None:
+                 vocab_size: int, seed: int = 0, graphs=None, max_running: int | None = None) -> None:
         self.graphs = graphs  # DecodeGraphs, or None for eager decode
         self.model = model
         self.backend = backend
@@ -28,50 +46,98 @@ class ModelRunner:
         self.device = device
         self.vocab_size = vocab_size
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        rows = slot_table.shape[0]
+        self.tok_buf = torch.zeros(rows, dtype=torch.long, device=device)
+        if graphs is not None:
+            graphs.tok_buf = self.tok_buf
+        self._pinned = device.type == "cuda"
 
-    # -- slot table -------------------------------------------------------------------------
+    # -- slot table and token buffer ------------------------------------------------------------
     def write_row(self, req: Request, slots) -> None:
         n = len(slots)
         self.slot_table[req.row, :n] = torch.as_tensor(slots, dtype=torch.int32).to(self.device)
 
-    # -- one step ---------------------------------------------------------------------------
+    def _set_tokens(self, reqs: list[Request], tokens: list[int]) -> None:
+        rows = torch.tensor([r.row for r in reqs], dtype=torch.long, device=self.device)
+        self.tok_buf[rows] = torch.tensor(tokens, dtype=torch.long, device=self.device)
+
+    # -- steps --------------------------------------------------------------------------------
     def _i32(self, x) -> torch.Tensor:
         return torch.tensor(x, dtype=torch.int32, device=self.device)
 
     def run(self, step: Step) -> list[int]:
-        """Run one step; returns one sampled token per request that samples this step."""
-        plan = None
-        if step.mode == "decode" and self.graphs is not None:
-            out, plan = self._run_decode_graph(step)
-            if out is not None:
-                return out
-        if step.mode == "extend":
-            batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
-        else:
-            batch, ids, pos, sample_reqs, logit_rows = self._build_decode(step)
-        if plan is None:
-            self.backend.plan(batch)
-        else:  # a decode step the graphs could not take: reuse its plan eagerly
-            self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table))
+        """Run one step synchronously; one sampled token per request that samples this step."""
+        if step.mode == "decode":
+            return self.complete(self.launch_decode(step))
+        batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
+        self.backend.plan(batch)
         if not sample_reqs:
             self.model.forward(ids, pos, self.backend, logits_index=torch.zeros(0, dtype=torch.long,
                                                                                  device=self.device))
             return []
         logits = self.model.forward(ids, pos, self.backend, logits_index=self._i32(logit_rows).long())
-        return sample(logits, [r.params for r in sample_reqs], self.generator)
+        tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
+        self._set_tokens(sample_reqs, tokens)
+        return tokens
 
-    def _run_decode_graph(self, step: Step):
+    def launch_decode(self, step: Step) -> Launched:
+        """Queue a decode step on the device. Input tokens come from `tok_buf`; positions and
+        lengths from the host (`seq_len` counts tokens still being sampled by an earlier step)."""
         reqs = step.decode
+        greedy = all(r.params.temperature == 0 for r in reqs)
         lens = [r.seq_len for r in reqs]
+        rows = [r.row for r in reqs]
         views = [ReqView(r.row, n, n - 1, r.prefix_slab, r.slots, r.rid) for r, n in zip(reqs, lens)]
-        host_batch = StepBatch(mode="decode", reqs=views, num_tokens=len(reqs), out_slots=None, rows=None,
-                               prefix_lens=None, qo_indptr=None, seq_lens=None)
-        plan = self.backend.plan_decode(host_batch)
-        if not self.graphs.supports(len(reqs), plan):
-            return None, plan
-        logits = self.graphs.run([r.last_token for r in reqs], [n - 1 for n in lens], step.decode_slots,
-                                 [r.row for r in reqs], lens, plan)
-        return sample(logits, [r.params for r in reqs], self.generator), plan
+        plan = None
+        if self.graphs is not None:
+            host_batch = StepBatch(mode="decode", reqs=views, num_tokens=len(reqs), out_slots=None, rows=None,
+                                   prefix_lens=None, qo_indptr=None, seq_lens=None)
+            plan = self.backend.plan_decode(host_batch)
+            if self.graphs.supports(len(reqs), plan):
+                logits, nxt = self.graphs.run([n - 1 for n in lens], step.decode_slots, rows, lens, plan)
+                return self._launched(reqs, logits, nxt, greedy)
+        rows_t = self._i32(rows)
+        pos_t = torch.tensor([n - 1 for n in lens], dtype=torch.long, device=self.device)
+        out_slots = torch.tensor(step.decode_slots, dtype=torch.long, device=self.device)
+        self.slot_table[rows_t.long(), pos_t] = out_slots.to(torch.int32)
+        batch = StepBatch(
+            mode="decode", reqs=views, num_tokens=len(reqs), out_slots=out_slots, rows=rows_t,
+            prefix_lens=pos_t.to(torch.int32), qo_indptr=self._i32(list(range(len(reqs) + 1))),
+            seq_lens=self._i32(lens),
+        )
+        if plan is None:
+            self.backend.plan(batch)
+        else:  # a decode step the graphs could not take: reuse its plan eagerly
+            self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table))
+        ids = self.tok_buf[rows_t.long()]
+        logits = self.model.forward(ids, pos_t, self.backend)
+        nxt = logits.argmax(dim=-1)
+        if greedy:
+            self.tok_buf[rows_t.long()] = nxt
+        return self._launched(reqs, logits, nxt, greedy)
+
+    def _launched(self, reqs, logits, nxt, greedy: bool) -> Launched:
+        if not greedy:
+            return Launched(reqs, None, None, logits, None)
+        n = len(reqs)
+        if self._pinned:
+            host = torch.empty(n, dtype=torch.long, pin_memory=True)
+            host.copy_(nxt[:n], non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record()
+            return Launched(reqs, host, ev, None, None)
+        return Launched(reqs, nxt[:n].clone(), None, None, None)
+
+    def complete(self, la: Launched) -> list[int]:
+        """Wait for a launched decode step; its sampled tokens, in `la.reqs` order."""
+        if la.tokens is not None:
+            if la.event is not None:
+                la.event.synchronize()
+            return la.tokens.tolist()
+        n = len(la.reqs)
+        tokens = sample(la.logits[:n], [r.params for r in la.reqs], self.generator)
+        self._set_tokens(la.reqs, tokens)
+        return tokens
 
     def _build_extend(self, step: Step):
         ids: list[int] = []
@@ -102,24 +168,3 @@ class ModelRunner:
         )
         return batch, torch.tensor(ids, dtype=torch.long, device=self.device), \
             torch.tensor(pos, dtype=torch.long, device=self.device), sample_reqs, logit_rows
-
-    def _build_decode(self, step: Step):
-        reqs = step.decode
-        ids = [r.last_token for r in reqs]
-        pos = [r.seq_len - 1 for r in reqs]
-        rows = [r.row for r in reqs]
-        out_slots = torch.tensor(step.decode_slots, dtype=torch.long, device=self.device)
-        rows_t = self._i32(rows)
-        pos_t = torch.tensor(pos, dtype=torch.long, device=self.device)
-        # the new token's slot goes into the slot table before attention reads it
-        self.slot_table[rows_t.long(), pos_t] = out_slots.to(torch.int32)
-        views = [ReqView(row=r.row, seq_len=r.seq_len, prefix_len=r.seq_len - 1, slab=r.prefix_slab,
-                         slots=r.slots, key=r.rid) for r in reqs]
-        batch = StepBatch(
-            mode="decode", reqs=views, num_tokens=len(reqs), out_slots=out_slots, rows=rows_t,
-            prefix_lens=self._i32([v.prefix_len for v in views]),
-            qo_indptr=self._i32(list(range(len(reqs) + 1))),
-            seq_lens=self._i32([v.seq_len for v in views]),
-        )
-        return batch, torch.tensor(ids, dtype=torch.long, device=self.device), pos_t, reqs, \
-            list(range(len(reqs)))

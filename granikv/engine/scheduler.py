@@ -67,6 +67,7 @@ class Scheduler:
         self.waiting.append(req)
 
     def abort(self, req: Request) -> None:
+        req.drop_pending()
         if req in self.waiting:
             self.waiting.remove(req)
         if req in self.running:
@@ -91,6 +92,7 @@ class Scheduler:
             return False
         req.handle = adm
         req.row = adm.row
+        req.gen += 1
         req.cached_tokens = int(adm.cached_len)
         req.kv_len = int(adm.cached_len)
         req.prefill_target = len(tokens)
@@ -120,6 +122,7 @@ class Scheduler:
     def retract(self, req: Request) -> None:
         """Free a running request's KV and queue it for recompute (front of the queue)."""
         self._release(req, finished=False)
+        req.drop_pending()
         req.status = Status.WAITING
         req.kv_len = 0
         req.prefix_slab = None
@@ -169,9 +172,15 @@ class Scheduler:
             return None
         return Step("extend", prefill=items)
 
+    def schedule_decode(self) -> Step | None:
+        """A decode step only (the overlapped path: nothing is waiting to be prefilled)."""
+        return self._schedule_decode()
+
     def _schedule_decode(self) -> Step | None:
         while True:
-            reqs = [r for r in self.running if r.kv_len >= r.prefill_target]
+            # requests whose last token is already queued (by count) are not stepped again
+            reqs = [r for r in self.running
+                    if r.kv_len >= r.prefill_target and len(r.output_ids) < r.params.max_new_tokens]
             if not reqs:
                 return None
             rows = np.fromiter((r.row for r in reqs), dtype=np.int64, count=len(reqs))

@@ -109,6 +109,7 @@ class Storage:
         self._free_rows = list(range(max_running - 1, -1, -1))
         self.live: dict[int, Admission] = {}
         self.counters = StorageStats()
+        self._evict_frees_tokens = True  # evicting cached nodes returns slots to `pool`
 
     # ---- pool plumbing -------------------------------------------------------------------------
     def _release(self, kind: str, slots: np.ndarray) -> int:
@@ -133,7 +134,7 @@ class Storage:
         if n == 0:
             return np.empty(0, dtype=np.int32)
         pages = self.pool.alloc_pages(n)
-        if pages is None:
+        if pages is None and self._evict_frees_tokens:
             self.evict(n * self.P - self.pool.available)
             pages = self.pool.alloc_pages(n)
         return pages
@@ -265,20 +266,23 @@ class Storage:
     def _segments(self, adm: Admission, n: int) -> list[Segment]:
         return [Segment(0, n, PAGED)]
 
+    def _cacheable(self, adm: Admission, n: int) -> int:
+        """How many of the first n positions go into the radix tree (paged: whole pages)."""
+        return n - n % self.P
+
     def cache_prompt(self, adm: Admission, tokens) -> int:
         """Insert the first len(tokens) positions (their KV must be written) into the radix tree
         now, so requests admitted later reuse them; the request keeps reading its own slots.
         Returns the number of positions now cached (page-aligned)."""
         tokens = np.asarray(tokens, dtype=np.int32)
-        n = min(len(tokens), self.seq_len(adm))
-        n -= n % self.P
-        if n <= adm.tail_start:
+        n = self._cacheable(adm, min(len(tokens), self.seq_len(adm)))
+        if n <= adm.node_end:
             return 0
         dup, node = self.radix.insert(tokens[:n], self.table[adm.row, :n], self._segments(adm, n),
                                       adm.node, adm.node_end)
         if dup > adm.tail_start:  # our copies of positions someone else cached meanwhile stay ours
             adm.closed.append((adm.tail_start, dup))
-        adm.tail_start = n
+        adm.tail_start = max(adm.tail_start, n)
         self.radix.lock(node)
         self.radix.unlock(adm.node)
         adm.node, adm.node_end = node, n
@@ -291,8 +295,7 @@ class Storage:
             raise ValueError("request already finished")
         tokens = np.asarray(tokens, dtype=np.int32)
         r = adm.row
-        n = min(len(tokens), self.seq_len(adm))
-        n -= n % self.P
+        n = self._cacheable(adm, min(len(tokens), self.seq_len(adm)))
         dup = n  # n <= node_end: all of it is cached already (the locked path holds it)
         if n > adm.node_end:
             dup, _ = self.radix.insert(tokens[:n], self.table[r, :n], self._segments(adm, n),
@@ -383,7 +386,7 @@ class Storage:
         for x in self.radix.nodes():
             assert x.lock_ref == expected_locks.get(x.id, 0), f"{x}: expected {expected_locks.get(x.id, 0)}"
             assert len(x.slots) == len(x.key) > 0
-            if self.P > 1:
+            if x.kind == PAGED:
                 assert len(x) % self.P == 0 and int(x.slots[0]) % self.P == 0
         assert owner[0] == 0, "slot 0 handed out"
         bad = np.flatnonzero(owner[usable] != 1)
@@ -426,12 +429,21 @@ class GraniKVStorage(Storage):
     system = "granikv"
 
     def __init__(self, num_slots: int, hot_fraction: float = 0.2, max_running: int = 256,
-                 max_context: int = 32768, admission: AdmissionConfig | None = None, check: bool = False):
+                 max_context: int = 32768, admission: AdmissionConfig | None = None, check: bool = False,
+                 cold_page_size: int = 1):
         n_hot = int(hot_fraction * (num_slots - 1))
         self.hot = HotPool(1, n_hot)
-        pool = ColdPool(1 + n_hot, num_slots, lender=self.hot, check=check)
+        # cold_page_size > 1 is the COLD page-size ablation (paper Table 18): COLD hands out
+        # P-slot pages, borrows nothing from HOT, and only HOT prefixes are cached (a page may
+        # hold tokens of a cached node and of a request, which token-level eviction cannot split).
+        self.cold_page_size = cold_page_size
+        if cold_page_size == 1:
+            pool = ColdPool(1 + n_hot, num_slots, lender=self.hot, check=check)
+        else:
+            pool = PagedPool(1 + n_hot, num_slots, cold_page_size, check=check)
         radix = RadixCache(free=self._release, hot=self.hot, page_size=1)
-        super().__init__(num_slots, max_running, max_context, 1, pool, radix)
+        super().__init__(num_slots, max_running, max_context, cold_page_size, pool, radix)
+        self._evict_frees_tokens = cold_page_size == 1  # else the tree holds HOT slabs only
         self.policy = HotAdmission(admission or AdmissionConfig(), radix, self.hot, self._evict_slab)
         self._new_plans: list[PromotionPlan] = []
 
@@ -483,6 +495,12 @@ class GraniKVStorage(Storage):
                 self._new_plans.append(plan)
         return adm
 
+    def _cacheable(self, adm: Admission, n: int) -> int:
+        if self.cold_page_size == 1:
+            return n
+        # ablation mode: only a prefix this request placed in its own slab gets cached
+        return min(n, adm.prefix.prefix_len) if adm.slab is not None and adm.prefix is not None else 0
+
     def _segments(self, adm: Admission, n: int) -> list[Segment]:
         if adm.slab is not None and adm.prefix is not None:
             lp = adm.prefix.prefix_len
@@ -529,8 +547,12 @@ class GraniKVStorage(Storage):
         return s
 
     def _usable_mask(self) -> np.ndarray:
-        m = np.ones(self.num_slots, dtype=bool)
-        m[0] = False
+        m = np.zeros(self.num_slots, dtype=bool)
+        m[1 : self.hot.end] = True
+        if self.cold_page_size == 1:
+            m[self.hot.end :] = True
+        else:
+            m[self.pool.first_page * self.P : self.pool.end_page * self.P] = True
         return m
 
     def _free_slots(self) -> np.ndarray:
@@ -605,10 +627,9 @@ def make_storage(system: str, num_slots: int, *, page_size: int = 16, hot_fracti
     if system in ("paged", "cascade"):
         return PagedStorage(system, num_slots, page_size, max_running, max_context, check=check)
     if system == "granikv":
-        if cold_page_size != 1:
-            raise NotImplementedError("granikv COLD pages larger than one token are not implemented")
         adm = AdmissionConfig(min_prefix_for_hot, promote_min_refs)
-        return GraniKVStorage(num_slots, hot_fraction, max_running, max_context, adm, check=check)
+        return GraniKVStorage(num_slots, hot_fraction, max_running, max_context, adm, check=check,
+                              cold_page_size=cold_page_size)
     raise ValueError(f"unknown system {system!r}")
 
 
