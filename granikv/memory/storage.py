@@ -2,7 +2,9 @@
 
 `paged`/`cascade`: a PagedPool of P-slot pages over every slot, prefixes shared page-aligned
 through the radix cache. `granikv`: a HotPool of contiguous slabs over `[1, 1+N_hot)` and a
-token-level ColdPool over the rest; explicit or promoted shared prefixes go to slabs.
+token-level ColdPool over the rest; explicit or promoted shared prefixes go to slabs. With
+`cold_page_size` > 1 (the Table 18 ablation) COLD is a PagedPool over its region instead: no
+lending, no promotion, and only HOT prefixes are cached.
 
 The facade keeps a host slot table `table[row, pos]` (int32, `max_running × max_context`) — the
 host mirror of the engine's `req_to_slot` — plus `seq_lens[row]`. Decode growth for a whole batch

@@ -297,3 +297,23 @@ def test_accidental_short_hot_match_is_not_a_prefix():
     assert c.prefix is not None and c.prefix.prefix_len == 20
     st.audit()
     drain(st)
+
+
+def test_cold_page_size_ablation():
+    st = gk(num_slots=1001, cold_page_size=4)
+    P = seq(5000, 64)
+    a = st.admit(P + [1, 2, 3, 4, 5], shared_prefix_len=64)
+    assert a.prefix is not None and a.slots[64] % 4 == 0  # COLD part starts on a fresh 4-slot page
+    assert a.slots[64:].tolist() == list(range(a.slots[64], a.slots[64] + 5))
+    s = st.grow(a, 4)
+    assert s.tolist()[:3] == [a.slots[68] + 1, a.slots[68] + 2, a.slots[68] + 3] and s[3] % 4 == 0
+    st.cache_prompt(a, P + [1, 2, 3, 4, 5])  # only the slab prefix is cached in this mode
+    assert st.radix.cached_slots == 64
+    b = st.admit(P + [7], shared_prefix_len=64)
+    assert b.cached_len == 64 and b.prefix == a.prefix
+    st.audit()
+    st.finish(a, P + [1, 2, 3, 4, 5] + [0] * 4)
+    st.finish(b, P + [7])
+    st.audit()
+    assert st.pool.num_free == st.pool.capacity and st.hot.num_cached == 1
+    drain(st)

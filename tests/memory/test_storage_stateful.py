@@ -38,11 +38,13 @@ class StorageMachine(RuleBasedStateMachine):
     seen: set  # which interesting situations the random runs reached, per class
 
     @initialize(num_slots=st.sampled_from([160, 240, 400]), hot_fraction=st.sampled_from([0.0, 0.15, 0.4]),
-                page_size=st.sampled_from([1, 2, 4]), promote=st.sampled_from([0, 1, 2]))
-    def setup(self, num_slots, hot_fraction, page_size, promote):
+                page_size=st.sampled_from([1, 2, 4]), promote=st.sampled_from([0, 1, 2]),
+                cold_page=st.sampled_from([1, 1, 1, 4]))
+    def setup(self, num_slots, hot_fraction, page_size, promote, cold_page):
         self.st = make_storage(self.system, num_slots, page_size=page_size if self.system != "granikv" else 16,
                                hot_fraction=hot_fraction, max_running=6, max_context=96,
-                               min_prefix_for_hot=8, promote_min_refs=promote, check=True)
+                               min_prefix_for_hot=8, promote_min_refs=promote, check=True,
+                               cold_page_size=cold_page if self.system == "granikv" else 1)
         self.kv = np.full(num_slots, -1, dtype=np.int64)
         self.tokens: dict[int, list[int]] = {}  # row -> tokens whose KV exists
         self.adms = {}
