@@ -63,7 +63,7 @@ class Admission:
     already hold KV, so prefill starts at `cached_len`."""
 
     row: int
-    slots: np.ndarray  # a view of the host slot table row: valid until finish/abort
+    slots: np.ndarray  # a copy: the row itself is reused once the request ends
     cached_len: int
     prefix: PrefixInfo | None
     prompt_len: int
@@ -212,7 +212,7 @@ class Storage:
         self.seq_lens[row] = L
         self._next[row] = int(new[-1]) + 1
         cached = start if slab is None else 0
-        return Admission(row=row, slots=self.table[row, :L], cached_len=cached, prefix=prefix,
+        return Admission(row=row, slots=self.table[row, :L].copy(), cached_len=cached, prefix=prefix,
                          prompt_len=L, node=node, node_end=cached, slab=slab, tail_start=start)
 
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
