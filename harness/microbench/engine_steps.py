@@ -219,7 +219,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/h200/engine/steps.json")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run of the script (tiny model)")
     ap.add_argument("--kernel-impl", default="triton")
+    ap.add_argument("--notes", default=None, help="print the Markdown table of an existing steps.json and exit")
     args = ap.parse_args(argv)
+    if args.notes:
+        print(notes_table(args.notes))
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("engine_steps needs a CUDA GPU (or --device cpu for a dry run)", file=sys.stderr)
         return 2
@@ -255,6 +259,28 @@ def main(argv=None) -> int:
     Path(args.out).write_text(json.dumps(doc, indent=1))
     print(f"wrote {args.out}")
     return 0
+
+
+
+def notes_table(path: str) -> str:
+    """Markdown table of a steps.json (for docs/perf-notes.md; numbers are read, never typed)."""
+    doc = json.loads(Path(path).read_text())
+    lines = ["| system | Lp | B | step ms (median) | floor ms | step/floor | host-gap share | GPU busy ms/step |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in doc["records"]:
+        lines.append(f"| {r['system']} | {r['Lp']} | {r['B']} | {r['step_ms']:.2f} | {r['floor_ms']:.2f} | "
+                     f"{r['step_over_floor']:.2f} | {r['host_gap_share']:.3f} | {r['gpu_busy_ms_per_step']:.2f} |")
+    h = doc.get("http")
+    if h:
+        lines.append("")
+        lines.append(f"HTTP vs in-process ({h['system']}, {h.get('workload', 'burst')}, B={h['B']}): "
+                     f"{h['http_output_throughput']:.0f} vs {h['inprocess_output_throughput']:.0f} tok/s "
+                     f"= {h['http_over_inprocess']:.3f}")
+    env = doc["env"]
+    lines.append("")
+    lines.append(f"Measured on {env.get('gpu')} (torch {env.get('torch')}, triton {env.get('triton')}), "
+                 f"git {str(env.get('git_sha'))[:10]}, {env.get('started_at')}.")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
