@@ -434,7 +434,10 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     client_cfg = ClientConfig(
         rate=float(str(cfg.rate)), max_concurrency=int(cfg.batch), warmup_requests=int(cfg.warmup),
         warmup_output_len=int(cfg.client.warmup_output_len), flush_cache=bool(cfg.flush_cache),
-        send_prefix_hint=bool(cfg.client.send_prefix_hint), request_timeout_s=float(cfg.client.request_timeout_s),
+        # the hint is a GraniKV API field: sent to the bundled engine (paged/cascade ignore it),
+        # never to an external server that may reject unknown fields
+        send_prefix_hint=bool(cfg.client.send_prefix_hint) and cfg.system.kind == "engine",
+        request_timeout_s=float(cfg.client.request_timeout_s),
         progress=bool(cfg.client.progress))
 
     t0 = time.monotonic()
