@@ -247,6 +247,10 @@ def max_context_for(cfg: DictConfig, requests) -> int:
 
 
 def git_sha() -> str:
+    """HEAD (+"-dirty"); on hosts that get a copy of the tree without .git (an offline GPU box),
+    the caller passes the commit in GIT_SHA."""
+    if os.environ.get("GIT_SHA"):
+        return os.environ["GIT_SHA"]
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                              check=True).stdout.strip()
