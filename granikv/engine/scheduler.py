@@ -83,6 +83,12 @@ class Scheduler:
         n = req.shared_prefix_len or self.defer_prefix_tokens
         return tuple(req.input_ids[: min(n, len(req.input_ids) - 1)])
 
+    def _prefix_cached(self, req: Request, key: tuple[int, ...]) -> bool:
+        """Whether the request's admission found its prefix cached (paged storage caches whole
+        pages only, so up to P-1 tokens of the key may be recomputed)."""
+        page = getattr(self.storage, "P", 1)
+        return req.cached_tokens + page > len(key)
+
     def _admit(self, req: Request) -> bool:
         if len(self.running) >= self.max_running:
             return False
@@ -140,11 +146,15 @@ class Scheduler:
     def _schedule_prefill(self) -> Step | None:
         budget = self.chunk_tokens
         items: list[PrefillItem] = []
+        # prefixes being computed right now and not cached yet: a request starting with one of
+        # them waits until it is cached (once cached, any number of requests reuse it at once)
         in_flight: set[tuple[int, ...]] = set()
         # continue requests whose prompt is partly prefilled (chunked prefill) first
         for req in self.running:
             if req.kv_len < req.prefill_target:
-                in_flight.add(self._prefix_key(req))
+                key = self._prefix_key(req)
+                if not self._prefix_cached(req, key):
+                    in_flight.add(key)
                 if budget <= 0:
                     continue
                 n = min(budget, req.prefill_target - req.kv_len)
@@ -160,7 +170,8 @@ class Scheduler:
             if not self._admit(req):
                 break
             self.waiting.popleft()
-            in_flight.add(key)
+            if not self._prefix_cached(req, key):
+                in_flight.add(key)
             if req.kv_len >= req.prefill_target:
                 # fully cached prompt: recompute the last token so there are logits to sample
                 req.kv_len = req.prefill_target - 1
