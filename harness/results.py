@@ -40,6 +40,9 @@ NUMERIC_KEYS: Mapping[str, tuple[str, ...]] = {
     "engine": ("decode_steps",),
 }
 MICROBENCH_DIR = "microbench"
+# directories under results/<hardware>/ that hold no serving cells: benchmarks with their own
+# schemas (engine decode steps) and superseded runs kept for the record
+NON_CELL_DIRS = frozenset({"engine", "history", "baselines"})
 
 # A GraniKV run whose dispatcher can never choose the dense pass (m_sat at or above this) is
 # "SGLang-Cascade on GraniKV storage" (the SGL-C/GKV column of Tables 13-14), not GraniKV.
@@ -127,7 +130,7 @@ def load_cells(results_dir: Path | str, sweeps: Iterable[str] | None = None) -> 
     wanted = set(sweeps) if sweeps is not None else None
     rows = []
     for sweep_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-        if sweep_dir.name == MICROBENCH_DIR or sweep_dir.name.startswith("."):
+        if sweep_dir.name == MICROBENCH_DIR or sweep_dir.name in NON_CELL_DIRS or sweep_dir.name.startswith("."):
             continue
         if wanted is not None and sweep_dir.name not in wanted:
             continue
