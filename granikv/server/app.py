@@ -19,6 +19,8 @@ from granikv.engine.request import SamplingParams
 from granikv.server.loop import EngineLoop
 from granikv.server.text import TextCodec
 
+MAX_PROFILE_STEPS = 1000  # a window long enough for any table, short enough to stay in memory
+
 
 class BadRequest(Exception):
     pass
@@ -136,6 +138,40 @@ class Server:
             return web.json_response({"error": "requests are running; cache not flushed"}, status=409)
         return web.json_response({"status": "flushed"})
 
+    async def profile(self, request: web.Request) -> web.Response:
+        """POST /profile {"steps": N}: profile the engine's next N steps (torch.profiler, CUDA
+        kernels) and answer the summary (harness.profile: ms per kernel category, wall, host
+        gap) plus how many steps of each kind ran in the window. The capture runs on the engine
+        thread between steps, so the steps are the ones the current clients are served by."""
+        try:
+            body = await self._json(request)
+            steps = _int(body.get("steps", 20), "steps", 1)
+            if steps > MAX_PROFILE_STEPS:
+                raise BadRequest(f"steps must be <= {MAX_PROFILE_STEPS}, got {steps}")
+        except BadRequest as e:
+            return web.json_response({"error": str(e)}, status=400)
+        if getattr(self.engine.device, "type", str(self.engine.device)) != "cuda":
+            return web.json_response({"error": f"profiling needs CUDA; the engine runs on {self.engine.device}"},
+                                     status=400)
+        try:  # the categories are the harness's measurement definition; the repo tree has both
+            from harness.profile import capture
+        except ImportError as e:
+            return web.json_response({"error": f"harness.profile is not importable: {e}"}, status=501)
+        eng = self.engine
+
+        def window(step):
+            before = dict(eng.steps)
+            out = capture(step, steps)
+            out["step_kinds"] = {k: v - before.get(k, 0) for k, v in eng.steps.items() if v - before.get(k, 0)}
+            out["running"] = len(eng.scheduler.running)
+            return out
+
+        try:
+            summary = await self.loop.run_exclusive(window)
+        except Exception as e:  # noqa: BLE001 - a failed capture is reported, the server keeps serving
+            return web.json_response({"error": f"profiling failed: {type(e).__name__}: {e}"}, status=500)
+        return web.json_response(summary)
+
     def _meta(self, g: GenerateRequest, ev, n_out: int) -> dict:
         fr = {"type": ev.finish_reason} if ev.finished and ev.finish_reason else None
         return {"id": g.rid, "prompt_tokens": len(g.input_ids), "completion_tokens": n_out,
@@ -252,6 +288,7 @@ def build_app(loop: EngineLoop, codec: TextCodec) -> web.Application:
     app.router.add_post("/flush_cache", s.flush_cache)
     app.router.add_get("/flush_cache", s.flush_cache)
     app.router.add_post("/generate", s.generate)
+    app.router.add_post("/profile", s.profile)
     app.router.add_post("/v1/completions", s.completions)
     app["server"] = s
     return app

@@ -64,6 +64,18 @@ class EngineLoop:
         self.cmds.put(("flush", fut, asyncio.get_running_loop()))
         return await fut
 
+    async def run_exclusive(self, fn):
+        """Run `fn(step)` on the engine thread between two steps and return its result.
+
+        `step()` runs one engine step and delivers its tokens to the clients (False when the
+        engine has nothing to do), so `fn` can drive a window of real serving steps: the
+        profiler (POST /profile) wraps N of them. Other commands wait until `fn` returns.
+        """
+        aloop = asyncio.get_running_loop()
+        fut = aloop.create_future()
+        self.cmds.put(("call", fn, fut, aloop))
+        return await fut
+
     # -- engine thread ------------------------------------------------------------------------
     def _emit(self, rid: str, ev: Event) -> None:
         s = self.streams.get(rid)
@@ -88,6 +100,16 @@ class EngineLoop:
             _, fut, loop = cmd
             ok = self.engine.flush_cache()
             loop.call_soon_threadsafe(fut.set_result, ok)
+        elif kind == "call":
+            _, fn, fut, loop = cmd
+            try:
+                result = fn(self._step_once)
+            except Exception as e:  # noqa: BLE001 - the caller gets the error; the engine keeps serving
+                loop.call_soon_threadsafe(_settle, fut, None, e)
+                if self.fatal:  # the engine itself failed inside fn: stop as a failed step does
+                    raise
+            else:
+                loop.call_soon_threadsafe(_settle, fut, result, None)
 
     def _run(self) -> None:
         eng = self.engine
@@ -100,16 +122,22 @@ class EngineLoop:
                     self._handle(self.cmds.get_nowait())
             except queue.Empty:
                 pass
-            if not eng.has_work():
-                continue
-            try:
-                outs = eng.step()
-            except Exception:  # a bug must not silently hang every client
-                self.fatal = traceback.format_exc()
-                for rid in list(self.streams):
-                    self._emit(rid, Event(None, True, "error", error="engine failure"))
-                raise
-            self._emit_step(outs)
+            self._step_once()
+
+    def _step_once(self) -> bool:
+        """One engine step with its outputs delivered; False when there was nothing to step."""
+        eng = self.engine
+        if not eng.has_work():
+            return False
+        try:
+            outs = eng.step()
+        except Exception:  # a bug must not silently hang every client
+            self.fatal = traceback.format_exc()
+            for rid in list(self.streams):
+                self._emit(rid, Event(None, True, "error", error="engine failure"))
+            raise
+        self._emit_step(outs)
+        return True
 
     def _emit_step(self, outs) -> None:
         """One wake-up of the asyncio loop per step, not one per request: with 256 streams a
@@ -130,6 +158,15 @@ class EngineLoop:
                 self.streams.pop(r.rid, None)
         for loop, items in batches.values():
             loop.call_soon_threadsafe(_deliver, items)
+
+
+def _settle(fut: asyncio.Future, result, error: BaseException | None) -> None:
+    if fut.done():  # the caller gave up (cancelled)
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
 
 
 def _deliver(items) -> None:

@@ -1,0 +1,194 @@
+"""Profiler summaries: kernel names -> step categories, the host gap from overlapping kernel
+intervals, a capture window driven through the engine thread, and POST /profile on a CPU
+server (a clear 400, and the server keeps serving)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sys
+import threading
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from engine_testutil import tiny_config  # noqa: E402
+
+from granikv.engine.engine import Engine  # noqa: E402
+from granikv.engine.request import SamplingParams  # noqa: E402
+from granikv.server.app import build_app  # noqa: E402
+from granikv.server.loop import EngineLoop  # noqa: E402
+from granikv.server.text import TextCodec  # noqa: E402
+from harness.profile import capture, categorize, summarize, union_us  # noqa: E402
+
+# names as torch.profiler reports them on an H100/H200 (Triton kernels by their function name)
+REAL_NAMES = {
+    "_prefix_kernel": "prefix_attention",
+    "_combine_prefix_kernel": "prefix_attention",
+    "_decode_kernel": "decode_attention",
+    "_fold": "decode_attention",
+    "_combine_decode_kernel": "decode_attention",
+    "_merge_kernel": "decode_attention",
+    "void pytorch_flash::flash_fwd_splitkv_kernel<Flash_fwd_kernel_traits<128, 64, 128, 4, false>>(Flash_fwd_params)":
+        "decode_attention",
+    "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT": "linear_gemm",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas":
+        "linear_gemm",
+    "ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn": "linear_gemm",
+    "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>(Params)":
+        "linear_gemm",
+    "void gemv2T_kernel_val<int, int, __nv_bfloat16, float, float, 128, 16, 4, 4, false>(...)": "linear_gemm",
+    "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "nccl",
+    "_store_kernel": "other",
+    "_extend_kernel": "other",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>(...)": "other",
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0": "other",
+    "Memcpy HtoD (Pageable -> Device)": "other",
+    "void at::native::unfold_backward_elementwise_kernel<float>(...)": "other",
+}
+
+
+@pytest.mark.parametrize("name,category", sorted(REAL_NAMES.items()))
+def test_categorize_real_kernel_names(name, category):
+    assert categorize(name) == category
+
+
+def test_union_counts_overlap_once():
+    assert union_us([(0, 10), (5, 15), (20, 30), (22, 25)]) == 25
+    assert union_us([]) == 0
+    assert union_us([(3, 3)]) == 0
+
+
+def test_summarize_categories_host_gap_and_wall():
+    # two steps: GEMM 0-40 and a concurrent NCCL 30-50 (overlap 10 us), prefix 60-80, decode
+    # 80-90, an elementwise kernel 100-110; idle 50-60 and 90-100
+    events = [
+        ("nvjet_tst_x", 0, 40), ("ncclDevKernel_AllReduce", 30, 50), ("_prefix_kernel", 60, 80),
+        ("_decode_kernel", 80, 90), ("elementwise_kernel", 100, 110),
+    ]
+    s = summarize(events, steps=2)
+    assert s["linear_gemm_ms"] == pytest.approx(0.040)
+    assert s["nccl_ms"] == pytest.approx(0.020)
+    assert s["prefix_attention_ms"] == pytest.approx(0.020)
+    assert s["decode_attention_ms"] == pytest.approx(0.010)
+    assert s["other_ms"] == pytest.approx(0.010)
+    assert s["total_kernel_ms"] == pytest.approx(0.100)  # sum of durations (overlap counted twice)
+    assert s["gpu_busy_ms"] == pytest.approx(0.090)  # union
+    assert s["decode_wall_ms"] == pytest.approx(0.110)  # the kernel span without a host wall
+    assert s["host_gap_ms"] == pytest.approx(0.020)
+    assert s["kernels"] == 5 and s["steps"] == 2
+    assert s["step_ms"] == pytest.approx(0.055)
+    # a host-measured wall adds the host time outside the span to the gap
+    h = summarize(events, steps=2, wall_ms=0.5)
+    assert h["decode_wall_ms"] == pytest.approx(0.5) and h["host_gap_ms"] == pytest.approx(0.41)
+    assert h["wall_source"] == "host"
+    # a wall shorter than the kernel span (clock skew) never makes the gap negative
+    assert summarize(events, 2, wall_ms=0.01)["host_gap_ms"] == pytest.approx(0.020)
+
+
+def test_summarize_empty_window():
+    s = summarize([], steps=3, wall_ms=1.5)
+    assert s["total_kernel_ms"] == 0 and s["host_gap_ms"] == pytest.approx(1.5) and s["kernels"] == 0
+
+
+def test_capture_on_cpu_counts_steps_and_stops_when_idle():
+    calls = []
+
+    def step():
+        calls.append(1)
+        return len(calls) < 3  # the third call says "nothing to do"
+
+    s = capture(step, 5)
+    assert s["device"] in ("cpu", "cuda") and s["requested_steps"] == 5
+    assert s["steps"] == 2 and len(calls) == 3
+    assert s["decode_wall_ms"] >= 0
+    with pytest.raises(ValueError):
+        capture(step, 0)
+
+
+def test_capture_window_runs_on_the_engine_thread_and_clients_still_finish():
+    engine = Engine(tiny_config("granikv", kernel_impl="torch", max_running=8, max_context=256))
+    loop = EngineLoop(engine)
+    loop.start()
+
+    async def go():
+        params = SamplingParams(max_new_tokens=12, ignore_eos=True)
+        qs = [loop.submit(f"r{i}", [1 + i, 2, 3, 4, 5, 6], params, None) for i in range(4)]
+        summary = await loop.run_exclusive(lambda step: capture(step, 3))
+
+        async def drain(q):
+            n = 0
+            while True:
+                ev = await q.get()
+                n += 1
+                if ev.finished:
+                    return n
+        counts = await asyncio.wait_for(asyncio.gather(*(drain(q) for q in qs)), 60)
+        with pytest.raises(RuntimeError, match="boom"):  # fn's error goes to the caller
+            await loop.run_exclusive(lambda step: (_ for _ in ()).throw(RuntimeError("boom")))
+        return summary, counts
+
+    try:
+        summary, counts = asyncio.run(go())
+    finally:
+        loop.stop()
+    assert 1 <= summary["steps"] <= 3
+    assert counts == [12] * 4  # steps inside the window delivered their tokens too
+    assert loop.fatal is None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_profile_endpoint_on_cpu_is_a_clear_400_and_server_keeps_serving():
+    engine = Engine(tiny_config("paged", kernel_impl="torch", max_running=8, max_context=256))
+    loop = EngineLoop(engine)
+    loop.start()
+    port = _free_port()
+    ready = threading.Event()
+    state = {}
+
+    def serve():
+        aloop = asyncio.new_event_loop()
+        state["loop"] = aloop
+        runner = web.AppRunner(build_app(loop, TextCodec()))
+        aloop.run_until_complete(runner.setup())
+        aloop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        ready.set()
+        aloop.run_forever()
+        aloop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert ready.wait(30)
+    url = f"http://127.0.0.1:{port}"
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.post(url + "/profile", json={"steps": 5}) as r:
+                cpu = (r.status, await r.json())
+            async with s.post(url + "/profile", json={"steps": 0}) as r:
+                bad = (r.status, await r.json())
+            async with s.post(url + "/profile", data=b"{nope") as r:
+                malformed = r.status
+            async with s.post(url + "/generate", json={"input_ids": [1, 2, 3],
+                                                       "sampling_params": {"max_new_tokens": 4}}) as r:
+                gen = (r.status, await r.json())
+        return cpu, bad, malformed, gen
+
+    try:
+        cpu, bad, malformed, gen = asyncio.run(go())
+    finally:
+        state["loop"].call_soon_threadsafe(state["loop"].stop)
+        t.join(10)
+        loop.stop()
+    assert cpu[0] == 400 and "needs CUDA" in cpu[1]["error"]
+    assert bad[0] == 400 and "steps" in bad[1]["error"]
+    assert malformed == 400
+    assert gen[0] == 200 and len(gen[1]["output_ids"]) == 4
