@@ -17,6 +17,7 @@ import torch
 from granikv.attention.batch import StepBatch
 from granikv.attention.ops import KernelOps
 from granikv.attention.plan import CASCADE, DENSE, DecodeMeta, DecodePlan, materialize
+from granikv.trace import span
 
 
 class AttentionBackend:
@@ -50,7 +51,8 @@ class AttentionBackend:
         self.batch = batch
         if batch.mode != "decode":
             return None
-        plan = self.plan_decode(batch)
+        with span("dispatch"):
+            plan = self.plan_decode(batch)
         self.meta = materialize(plan, batch.seq_lens, self.slot_table)
         return plan
 

@@ -17,6 +17,7 @@ from granikv.config import EngineConfig
 from granikv.engine.request import PENDING, Request, SamplingParams, Status
 from granikv.engine.runner import Launched
 from granikv.engine.scheduler import Scheduler
+from granikv.trace import span
 
 
 @dataclass
@@ -104,7 +105,8 @@ class Engine:
         """
         t0 = time.perf_counter()
         if self.inflight is None:
-            step = self.scheduler.schedule()
+            with span("schedule"):
+                step = self.scheduler.schedule()
             if step is None:
                 return []
             if step.mode == "extend":
@@ -114,7 +116,8 @@ class Engine:
             self.inflight = self._launch(step)
         nxt = None
         if self._can_overlap():
-            step = self.scheduler.schedule_decode()
+            with span("schedule"):
+                step = self.scheduler.schedule_decode()
             if step is not None:
                 nxt = self._launch(step)
         outs = self._complete(self.inflight)
@@ -139,7 +142,8 @@ class Engine:
         return la
 
     def _complete(self, la) -> list[StepOutput]:
-        tokens = self.runner.complete(la)
+        with span("sample"):
+            tokens = self.runner.complete(la)
         now = time.monotonic()
         outs: list[StepOutput] = []
         for req, gen, tok in zip(la.reqs, la.gens, tokens):

@@ -21,6 +21,7 @@ from granikv.attention.plan import materialize
 from granikv.engine.request import Request
 from granikv.engine.sampling import sample
 from granikv.engine.scheduler import Step
+from granikv.trace import span
 
 
 @dataclass
@@ -69,14 +70,18 @@ class ModelRunner:
         """Run one step synchronously; one sampled token per request that samples this step."""
         if step.mode == "decode":
             return self.complete(self.launch_decode(step))
-        batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
-        self.backend.plan(batch)
+        with span("plan"):
+            batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
+            self.backend.plan(batch)
         if not sample_reqs:
-            self.model.forward(ids, pos, self.backend, logits_index=torch.zeros(0, dtype=torch.long,
-                                                                                 device=self.device))
+            with span("forward"):
+                self.model.forward(ids, pos, self.backend, logits_index=torch.zeros(0, dtype=torch.long,
+                                                                                     device=self.device))
             return []
-        logits = self.model.forward(ids, pos, self.backend, logits_index=self._i32(logit_rows).long())
-        tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
+        with span("forward"):
+            logits = self.model.forward(ids, pos, self.backend, logits_index=self._i32(logit_rows).long())
+        with span("sample"):
+            tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
         self._set_tokens(sample_reqs, tokens)
         return tokens
 
@@ -92,9 +97,11 @@ class ModelRunner:
         if self.graphs is not None:
             host_batch = StepBatch(mode="decode", reqs=views, num_tokens=len(reqs), out_slots=None, rows=None,
                                    prefix_lens=None, qo_indptr=None, seq_lens=None)
-            plan = self.backend.plan_decode(host_batch)
+            with span("dispatch"):
+                plan = self.backend.plan_decode(host_batch)
             if self.graphs.supports(len(reqs), plan):
-                logits, nxt = self.graphs.run([n - 1 for n in lens], step.decode_slots, rows, lens, plan)
+                with span("forward"):
+                    logits, nxt = self.graphs.run([n - 1 for n in lens], step.decode_slots, rows, lens, plan)
                 return self._launched(reqs, logits, nxt, greedy)
         rows_t = self._i32(rows)
         pos_t = torch.tensor([n - 1 for n in lens], dtype=torch.long, device=self.device)
@@ -105,12 +112,14 @@ class ModelRunner:
             prefix_lens=pos_t.to(torch.int32), qo_indptr=self._i32(list(range(len(reqs) + 1))),
             seq_lens=self._i32(lens),
         )
-        if plan is None:
-            self.backend.plan(batch)
-        else:  # a decode step the graphs could not take: reuse its plan eagerly
-            self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table))
+        with span("plan"):
+            if plan is None:
+                self.backend.plan(batch)
+            else:  # a decode step the graphs could not take: reuse its plan eagerly
+                self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table))
         ids = self.tok_buf[rows_t.long()]
-        logits = self.model.forward(ids, pos_t, self.backend)
+        with span("forward"):
+            logits = self.model.forward(ids, pos_t, self.backend)
         nxt = logits.argmax(dim=-1)
         if greedy:
             self.tok_buf[rows_t.long()] = nxt

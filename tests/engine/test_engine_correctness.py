@@ -110,3 +110,18 @@ def test_temperature_sampling_is_seeded_and_runs_synchronously():
     a = Engine(tiny_config("paged", kernel_impl="torch")).generate(prompts, params)
     b = Engine(tiny_config("paged", kernel_impl="torch")).generate(prompts, params)
     assert a == b and all(len(x) == 10 for x in a)
+
+
+def test_profiler_sees_named_engine_phases():
+    from torch.profiler import ProfilerActivity, profile
+
+    eng = Engine(tiny_config("granikv", kernel_impl="torch"))
+    prompts = [p for p, _ in multi_prefix_prompts(seed=9, prefix_lens=(24,), per_prefix=(3,))]
+    for p in prompts:
+        eng.add_request(p, SamplingParams(max_new_tokens=6, ignore_eos=True), shared_prefix_len=24)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        while eng.has_work():
+            eng.step()
+    names = {e.name for e in prof.events()}
+    for phase in ("schedule", "plan", "dispatch", "forward", "sample"):
+        assert f"granikv::{phase}" in names, phase
