@@ -4,6 +4,8 @@
 
 Steps: generate (or reuse) the workload file; start the system (harness.systems); warm up and
 flush the cache (the client does both when the config says so); run the streaming client;
+with profile=true, capture N steady decode steps beside the client (harness.profile: POST
+/profile once /server_info shows steady decode; a failed capture is recorded, never fatal);
 fetch /server_info for the engine counters; stop the system (always, even when a step fails);
 write `results/<hardware>/<sweep>/<cell-id>.json` atomically (DESIGN §7) and print a one-line
 summary. An existing result is never replaced unless `overwrite=true`: a result is a
@@ -46,6 +48,7 @@ from harness.sweeps import ROOT, cell_id
 
 EXIT_EXISTS = 3
 FORCE_CASCADE_M_SAT = 2**31  # never dense: the SGL-C/GKV column of Tables 13-14
+PROFILE_STEPS = 20  # decode steps in a profile=true cell's capture window (harness.profile)
 
 
 class CellError(RuntimeError):
@@ -449,8 +452,14 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     with systems.launch(spec) as system:
         ready_s = system.ready_after_s
         watch = info_path if cfg.system.kind == "engine" else None
-        result = asyncio.run(guarded(system, run_benchmark(system.base_url, requests, client_cfg), watch,
-                                     float(cfg.server.stall_timeout_s)))
+        benchmark = run_benchmark(system.base_url, requests, client_cfg)
+        profile: dict[str, Any] = {}
+        if cfg.profile and cfg.system.kind == "engine":  # Tables 13/14/22: a capture of steady decode
+            from harness.profile import SteadyPolicy, alongside
+
+            policy = SteadyPolicy.for_batch(int(cfg.batch), int(cfg.num_prompts), steps=PROFILE_STEPS)
+            benchmark = alongside(benchmark, system.base_url, policy, profile)
+        result = asyncio.run(guarded(system, benchmark, watch, float(cfg.server.stall_timeout_s)))
         try:
             info = systems.get_json(system.base_url, info_path)
         except Exception as e:  # noqa: BLE001 - an external system may not report counters
@@ -487,7 +496,8 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
                 "flush_status": result.flush_status, "max_in_flight": result.max_in_flight},
     }
     if cfg.profile:
-        doc["run"]["profile_note"] = "profile=true was asked, but no profiler capture is wired into harness.cell yet"
+        doc["profile"] = profile if cfg.system.kind == "engine" else {
+            "error": "the profiler capture needs the bundled engine's POST /profile"}
     if out.exists() and not cfg.overwrite:  # a parallel run won the race: still never overwrite
         raise FileExistsError(out)
     write_json_atomic(out, doc)

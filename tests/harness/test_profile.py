@@ -22,7 +22,15 @@ from granikv.engine.request import SamplingParams  # noqa: E402
 from granikv.server.app import build_app  # noqa: E402
 from granikv.server.loop import EngineLoop  # noqa: E402
 from granikv.server.text import TextCodec  # noqa: E402
-from harness.profile import capture, categorize, summarize, union_us  # noqa: E402
+from harness.profile import (  # noqa: E402
+    SteadyPolicy,
+    alongside,
+    capture,
+    categorize,
+    profile_when_steady,
+    summarize,
+    union_us,
+)
 
 # names as torch.profiler reports them on an H100/H200 (Triton kernels by their function name)
 REAL_NAMES = {
@@ -192,3 +200,140 @@ def test_profile_endpoint_on_cpu_is_a_clear_400_and_server_keeps_serving():
     assert bad[0] == 400 and "steps" in bad[1]["error"]
     assert malformed == 400
     assert gen[0] == 200 and len(gen[1]["output_ids"]) == 4
+
+
+class ScriptedServer:
+    """/server_info walks through `infos` (one per poll, the last repeats); /profile answers
+    `answer` with `status` and records the bodies it got."""
+
+    def __init__(self, infos: list[dict], status: int = 200, answer: dict | None = None) -> None:
+        self.infos, self.status, self.answer = infos, status, answer or {"total_kernel_ms": 1.0}
+        self.polls, self.posts = 0, []
+
+    async def info(self, _):
+        doc = self.infos[min(self.polls, len(self.infos) - 1)]
+        self.polls += 1
+        return web.json_response(doc)
+
+    async def profile(self, request):
+        self.posts.append((await request.json(), self.polls))
+        return web.json_response(self.answer, status=self.status)
+
+    async def serve(self, coro_fn):
+        app = web.Application()
+        app.router.add_get("/server_info", self.info)
+        app.router.add_post("/profile", self.profile)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = _free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            return await coro_fn(f"http://127.0.0.1:{port}")
+        finally:
+            await runner.cleanup()
+
+
+def _info(running, waiting, extend, decode):
+    return {"running": running, "waiting": waiting, "steps": {"extend": extend, "decode": decode}}
+
+
+FAST = dict(poll_s=0.01, min_decode_steps=8, steps=7)
+
+
+def test_profile_posts_only_once_decode_is_steady():
+    infos = [
+        _info(1, 0, 1, 3),      # warm-up request
+        _info(4, 2, 5, 3),      # admitting
+        _info(8, 0, 9, 4),      # prefill done
+        _info(8, 0, 9, 10),     # 6 decode steps since the last extend: not yet
+        _info(8, 0, 10, 11),    # another extend (a chunk): the count restarts
+        _info(8, 0, 10, 18),    # 7
+        _info(8, 0, 10, 19),    # 8 -> steady
+    ]
+    srv = ScriptedServer(infos, answer={"total_kernel_ms": 3.5, "steps": 7})
+    doc = asyncio.run(srv.serve(lambda url: profile_when_steady(url, SteadyPolicy(8, **FAST), {})))
+    assert doc["total_kernel_ms"] == 3.5 and doc["running_at_start"] == 8
+    assert srv.posts == [({"steps": 7}, 7)]
+
+
+def test_profile_error_answers_are_recorded_not_raised():
+    srv = ScriptedServer([_info(4, 0, 1, 50), _info(4, 0, 1, 60)], status=400,
+                         answer={"error": "profiling needs CUDA"})
+    doc = asyncio.run(srv.serve(lambda url: profile_when_steady(url, SteadyPolicy(4, **FAST), {})))
+    assert "HTTP 400" in doc["error"] and "needs CUDA" in doc["error"]
+    # never steady (too few running) -> a timeout error
+    srv = ScriptedServer([_info(2, 0, 1, 50), _info(2, 0, 1, 60)])
+    doc = asyncio.run(srv.serve(lambda url: profile_when_steady(
+        url, SteadyPolicy(4, timeout_s=0.2, **FAST), {})))
+    assert "no steady decode" in doc["error"] and srv.posts == []
+    # nothing listening -> polls fail until the deadline, still an error value
+    doc = asyncio.run(profile_when_steady(f"http://127.0.0.1:{_free_port()}",
+                                          SteadyPolicy(4, timeout_s=0.3, **FAST), {}))
+    assert "error" in doc
+
+
+def test_alongside_returns_the_benchmark_and_fills_the_profile():
+    srv = ScriptedServer([_info(4, 0, 1, 2), _info(4, 0, 1, 20)], answer={"prefix_attention_ms": 2.0})
+
+    async def bench(url):
+        out: dict = {}
+
+        async def client():
+            await asyncio.sleep(0.5)
+            return "metrics"
+        res = await alongside(client(), url, SteadyPolicy(4, **FAST), out)
+        return res, out
+
+    res, out = asyncio.run(srv.serve(bench))
+    assert res == "metrics" and out == {"prefix_attention_ms": 2.0, "running_at_start": 4}
+
+
+def test_alongside_records_an_error_when_the_run_ends_first_and_passes_client_errors_through():
+    srv = ScriptedServer([_info(1, 0, 1, 2)])
+
+    async def quick(url):
+        out: dict = {}
+
+        async def client():
+            return "done"
+        return await alongside(client(), url, SteadyPolicy(4, **FAST), out), out
+
+    res, out = asyncio.run(srv.serve(quick))
+    assert res == "done" and "before the engine reached steady decode" in out["error"]
+
+    async def failing(url):
+        async def client():
+            raise RuntimeError("client broke")
+        await alongside(client(), url, SteadyPolicy(4, **FAST), {})
+
+    with pytest.raises(RuntimeError, match="client broke"):
+        asyncio.run(srv.serve(failing))
+
+
+def test_steady_policy_targets_the_reachable_concurrency():
+    assert SteadyPolicy.for_batch(256, 500).target_running == 230
+    assert SteadyPolicy.for_batch(256, 6).target_running == 5
+    assert SteadyPolicy.for_batch(1, 1).target_running == 1
+
+
+def test_cell_with_profile_true_records_a_failed_capture_and_still_writes_the_result(tmp_path):
+    """The fake engine has no POST /profile: the cell must still be measured and written, with
+    the failure in its profile section."""
+    import json
+    import subprocess
+
+    from harness.results import validate_cell
+
+    root = Path(__file__).resolve().parents[2]
+    overrides = ["system=granikv", "model=tiny", "hardware=cpu", "workload=burst", "lp=32", "batch=4",
+                 "num_prompts=6", "output_len=5", "workload.suffix_len=8", "sweep=table13", "profile=true",
+                 f"results_dir={tmp_path}/results", f"workloads_dir={tmp_path}/workloads",
+                 "server.module=tests.harness.fake_engine"]
+    out = subprocess.run([sys.executable, "-m", "harness.cell", *overrides], cwd=root, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [path] = (tmp_path / "results" / "cpu" / "table13").glob("*.json")
+    doc = json.loads(path.read_text())
+    validate_cell(doc, path)
+    assert doc["config"]["profile"] is True and doc["metrics"]["completed"] == 6
+    assert set(doc["profile"]) == {"error"} and doc["profile"]["error"]
