@@ -13,7 +13,10 @@ The byte model is the minimum K/V the layout must read (unique: every request's 
 shared: the prefix once); `useful_flops` is QK^T + PV over the prefix, 4·B·Hq·d·Lp per layer.
 Parsing and command construction are host-only; the capture needs a GPU and ncu.
 
-    python -m harness.ncu --target "harness.microbench.kernels" --out results/h200/microbench/ncu.json
+    python -m harness.ncu --out results/h200/microbench/ncu.json        # on the GPU host, ncu on PATH
+
+By default the target is this module itself (`--launch-table5`): the Table 5 shape (B=256,
+Lp=8K, Llama head) with the engine's launch configs, warm-up launches skipped in ncu.
 """
 
 from __future__ import annotations
@@ -183,34 +186,71 @@ def capture(target: str, layout: str, kernel_regex: str, shape: Shape, workdir: 
     return to_records(rows, layout, shape.useful_flops(), shape.byte_model(layout), B=shape.b, Lp=shape.lp)
 
 
+def launch_table5(layouts: Sequence[str], warmup: int, repeats: int, smoke: bool = False) -> None:
+    """The capture target: the Table 5 cell's kernels with the engine's launch shapes (the dense
+    prefix pass over a HOT slab: `DENSE_CONFIG`; the paged decode over per-request pages: the
+    default `DecodeConfig`), `warmup` untimed launches (JIT compile) then `repeats` more.
+    Skip `warmup` launches in ncu (`--launch-skip`). Reuses the kernel microbench's inputs."""
+    import torch
+
+    from granikv.kernels.decode_paged import DecodeConfig
+    from granikv.kernels.prefix_dense import DENSE_CONFIG
+    from harness.microbench.kernels import FULL, SMOKE, Bench
+
+    bn = Bench(SMOKE if smoke else FULL, smoke)
+    b, length = bn.plan.headline_b, bn.plan.headline_lp
+    q = bn.q(b, 4)
+    fns = {"shared": lambda: bn.prefix_fn("prefix_dense", q, length, DENSE_CONFIG)[0],
+           "unique": lambda: bn.decode_fn(q, bn.unique_table(b, length), length, DecodeConfig())[0]}
+    for layout in layouts:
+        fn = fns[layout]()
+        for _ in range(warmup + repeats):
+            fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        print(f"launched {layout}: B={b} Lp={length}, {warmup} warm-up + {repeats} launches", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", default="harness.microbench.kernels",
-                    help="python module (and its arguments) that launches the kernels at the Table 5 shape")
+    ap.add_argument("--target", default=None,
+                    help="python module (and its arguments) that launches the kernels at the Table 5 shape "
+                         "(default: this module's --launch-table5)")
     ap.add_argument("--layouts", nargs="+", default=list(LAYOUT_KERNELS), choices=list(LAYOUT_KERNELS))
-    ap.add_argument("--launch-skip", type=int, default=0, help="matching launches to skip (warm-up/tuning)")
-    ap.add_argument("--launch-count", type=int, default=1)
+    ap.add_argument("--launch-skip", type=int, default=None,
+                    help="matching launches to skip (default: --warmup with the default target, else 0)")
+    ap.add_argument("--launch-count", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3, help="(--launch-table5) untimed launches per layout")
+    ap.add_argument("--launch-table5", action="store_true",
+                    help="be the capture target: launch the --layouts kernels at the Table 5 shape and exit")
+    ap.add_argument("--smoke", action="store_true", help="(--launch-table5) tiny shapes, CPU interpreter")
     ap.add_argument("--batch", type=int, default=Shape.b)
     ap.add_argument("--lp", type=int, default=Shape.lp)
     ap.add_argument("--ncu", default="ncu", help="the ncu executable")
     ap.add_argument("--workdir", default="/tmp/granikv-ncu")
     ap.add_argument("--out", default="results/h200/microbench/ncu.json")
     args = ap.parse_args(argv)
+    if args.launch_table5:
+        launch_table5(args.layouts, args.warmup, args.launch_count, args.smoke)
+        return 0
+    skip = args.launch_skip if args.launch_skip is not None else (args.warmup if args.target is None else 0)
     shape = Shape(b=args.batch, lp=args.lp)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     try:
         for layout in args.layouts:
-            records += capture(args.target, layout, LAYOUT_KERNELS[layout], shape, workdir, args.launch_skip,
-                               args.launch_count, args.ncu)
+            target = args.target or (f"harness.ncu --launch-table5 --layouts {layout} --warmup {args.warmup} "
+                                     f"--launch-count {args.launch_count}")
+            records += capture(target, layout, LAYOUT_KERNELS[layout], shape, workdir, skip, args.launch_count,
+                               args.ncu)
     except NcuError as e:
         print(f"ncu capture failed: {e}", file=sys.stderr)
         return 2
     from harness.microbench._timing import env_info
 
     doc = {"env": {**env_info(), "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
-           "target": args.target, "metrics": list(METRICS), "records": records}
+           "target": args.target or "harness.ncu --launch-table5", "metrics": list(METRICS), "records": records}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")

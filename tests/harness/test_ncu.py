@@ -93,3 +93,25 @@ def test_records_feed_table23(tmp_path):
     shared = dram.cells[cols.index("shared_HOT")].ours
     assert shared == pytest.approx((36_175_872 + 35_913_728) / 2 / 1e6)  # MB, mean of the two launches
     assert table.filled >= 8
+
+
+def test_default_target_launches_both_layouts(capsys):
+    """The capture target runs (smoke shapes under the Triton interpreter on CPU)."""
+    assert ncu.main(["--launch-table5", "--smoke", "--warmup", "1", "--launch-count", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "launched shared" in out and "launched unique" in out
+
+
+def test_capture_skips_warmup_launches_of_the_default_target(tmp_path, monkeypatch):
+    seen = {}
+
+    def fake_capture(target, layout, regex, shape, workdir, skip, count, exe):
+        seen[layout] = (target, regex, skip, count)
+        return ncu.to_records([], layout, 1.0, 1.0)
+
+    monkeypatch.setattr(ncu, "capture", fake_capture)
+    assert ncu.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "n.json"), "--warmup", "2"]) == 0
+    assert seen["shared"] == ("harness.ncu --launch-table5 --layouts shared --warmup 2 --launch-count 3",
+                              "_prefix_kernel", 2, 3)
+    assert seen["unique"][1:] == ("_decode_kernel", 2, 3)
+    assert json.loads((tmp_path / "n.json").read_text())["records"] == []
