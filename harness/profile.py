@@ -102,14 +102,26 @@ def summarize(events: Iterable[tuple[str, float, float]], steps: int, wall_ms: f
 
 def kernel_events(prof) -> list[tuple[str, float, float]]:
     """(name, start_us, end_us) of every GPU activity (kernels, memcpy, memset) in a finished
-    torch.profiler session."""
+    torch.profiler session.
+
+    `record_function` ranges (granikv.trace's `granikv::*` step phases) are mirrored on the GPU
+    timeline as user annotations spanning many kernels; they are not kernels and would count
+    the phase's time twice, so they are dropped (by flag where torch has it, else by name)."""
     import torch
 
     out = []
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0:
-            out.append((e.name, float(e.time_range.start), float(e.time_range.end)))
+        if e.device_type != torch.autograd.DeviceType.CUDA or e.time_range.elapsed_us() <= 0:
+            continue
+        if getattr(e, "is_user_annotation", False) or is_annotation(e.name):
+            continue
+        out.append((e.name, float(e.time_range.start), float(e.time_range.end)))
     return out
+
+
+def is_annotation(name: str) -> bool:
+    """A profiler range name (ours, or the profiler's step marker), not a GPU activity."""
+    return name.startswith(("granikv::", "ProfilerStep"))
 
 
 def capture(step_fn: Callable[[], object], steps: int) -> dict:

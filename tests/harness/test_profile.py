@@ -27,6 +27,7 @@ from harness.profile import (  # noqa: E402
     alongside,
     capture,
     categorize,
+    kernel_events,
     profile_when_steady,
     summarize,
     union_us,
@@ -100,6 +101,26 @@ def test_summarize_categories_host_gap_and_wall():
 def test_summarize_empty_window():
     s = summarize([], steps=3, wall_ms=1.5)
     assert s["total_kernel_ms"] == 0 and s["host_gap_ms"] == pytest.approx(1.5) and s["kernels"] == 0
+
+
+def test_kernel_events_keep_gpu_activities_and_drop_annotations():
+    import types
+
+    import torch
+
+    cuda, cpu = torch.autograd.DeviceType.CUDA, torch.autograd.DeviceType.CPU
+
+    def ev(name, dev, s, e, ann=False):
+        tr = types.SimpleNamespace(start=s, end=e, elapsed_us=lambda: e - s)
+        return types.SimpleNamespace(name=name, device_type=dev, time_range=tr, is_user_annotation=ann)
+
+    prof = types.SimpleNamespace(events=lambda: [
+        ev("_decode_kernel", cuda, 10, 20), ev("granikv::forward", cpu, 0, 30),
+        ev("granikv::forward", cuda, 5, 40),             # the range mirrored on the GPU timeline
+        ev("some_range", cuda, 5, 40, ann=True),          # flagged by torch
+        ev("Memcpy HtoD (Pinned -> Device)", cuda, 1, 3), ev("empty", cuda, 7, 7),
+    ])
+    assert kernel_events(prof) == [("_decode_kernel", 10.0, 20.0), ("Memcpy HtoD (Pinned -> Device)", 1.0, 3.0)]
 
 
 def test_capture_on_cpu_counts_steps_and_stops_when_idle():
