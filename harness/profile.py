@@ -119,6 +119,19 @@ def kernel_events(prof) -> list[tuple[str, float, float]]:
     return out
 
 
+def host_phase_ms(prof) -> dict[str, float]:
+    """Host time per engine phase (granikv.trace spans: schedule, plan, dispatch, forward,
+    sample), summed over the window; inclusive of nested spans. Where the host gap goes."""
+    import torch
+
+    out: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("granikv::"):
+            key = e.name.removeprefix("granikv::")
+            out[key] = out.get(key, 0.0) + e.time_range.elapsed_us() / 1e3
+    return out
+
+
 def is_annotation(name: str) -> bool:
     """A profiler range name (ours, or the profiler's step marker), not a GPU activity."""
     return name.startswith(("granikv::", "ProfilerStep"))
@@ -152,6 +165,7 @@ def capture(step_fn: Callable[[], object], steps: int) -> dict:
         sync()
         wall_ms = (time.perf_counter() - t0) * 1e3
     out = summarize(kernel_events(prof) if cuda else [], ran, wall_ms)
+    out["host_phase_ms"] = host_phase_ms(prof)
     out["device"] = "cuda" if cuda else "cpu"
     out["requested_steps"] = int(steps)
     return out

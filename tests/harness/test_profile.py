@@ -126,12 +126,16 @@ def test_kernel_events_keep_gpu_activities_and_drop_annotations():
 def test_capture_on_cpu_counts_steps_and_stops_when_idle():
     calls = []
 
+    from granikv.trace import span
+
     def step():
-        calls.append(1)
+        with span("schedule"):
+            calls.append(1)
         return len(calls) < 3  # the third call says "nothing to do"
 
     s = capture(step, 5)
     assert s["device"] in ("cpu", "cuda") and s["requested_steps"] == 5
+    assert set(s["host_phase_ms"]) == {"schedule"} and s["host_phase_ms"]["schedule"] >= 0
     assert s["steps"] == 2 and len(calls) == 3
     assert s["decode_wall_ms"] >= 0
     with pytest.raises(ValueError):
@@ -165,6 +169,7 @@ def test_capture_window_runs_on_the_engine_thread_and_clients_still_finish():
     finally:
         loop.stop()
     assert 1 <= summary["steps"] <= 3
+    assert "forward" in summary["host_phase_ms"]  # the engine's granikv.trace spans were captured
     assert counts == [12] * 4  # steps inside the window delivered their tokens too
     assert loop.fatal is None
 
