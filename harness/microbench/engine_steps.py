@@ -70,22 +70,16 @@ def make_prompts(b: int, lp: int, vocab: int, seed: int = 0) -> list[list[int]]:
 
 
 def busy_and_span_ms(prof) -> tuple[float, float]:
-    ivs = []
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() > 0:
-            ivs.append((e.time_range.start, e.time_range.end))
+    """(GPU-busy ms, window ms) of a profiler session: the union of GPU activity intervals
+    (record_function ranges mirrored on the GPU timeline are not activity; harness.profile
+    drops them) and the span from the first activity's start to the last one's end."""
+    from harness.profile import kernel_events, union_us
+
+    ivs = [(s, e) for _, s, e in kernel_events(prof)]
     if not ivs:
         return 0.0, 0.0
-    ivs.sort()
-    busy, cur_s, cur_e = 0.0, ivs[0][0], ivs[0][1]
-    for s, e in ivs[1:]:
-        if s > cur_e:
-            busy += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    busy += cur_e - cur_s
-    return busy / 1e3, (ivs[-1][1] - ivs[0][0]) / 1e3
+    span = max(e for _, e in ivs) - min(s for s, _ in ivs)
+    return union_us(ivs) / 1e3, span / 1e3
 
 
 def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps: int, prof_steps: int,
