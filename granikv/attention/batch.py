@@ -8,7 +8,7 @@ replayed from a CUDA graph without host syncs inside the forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -36,7 +36,6 @@ class StepBatch:
     prefix_lens: torch.Tensor  # [N] int32 (extend: cached tokens before the chunk)
     qo_indptr: torch.Tensor  # [N+1] int32 (extend)
     seq_lens: torch.Tensor  # [N] int32 (decode: context incl. the current token)
-    extras: dict = field(default_factory=dict)
 
     @property
     def num_reqs(self) -> int:

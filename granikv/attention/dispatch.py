@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-DENSE, CASCADE, PLAIN = "dense", "cascade", "plain"
+from granikv.attention.plan import CASCADE, DENSE
+
+PLAIN = "plain"  # the request reads its prefix through the slot table like any token
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from granikv.attention.base import AttentionBackend
 from granikv.attention.batch import StepBatch
-from granikv.attention.dispatch import CASCADE, DENSE, PLAIN, DispatchCounters, DispatchPolicy
+from granikv.attention.dispatch import PLAIN, DispatchCounters, DispatchPolicy
 from granikv.attention.plan import ClassLists, DecodePlan
 
 
@@ -52,5 +52,3 @@ class GraniKVBackend(AttentionBackend):
     def stats(self) -> dict:
         return self.counters.as_dict()
 
-
-__all__ = ["GraniKVBackend", "DENSE", "CASCADE"]

@@ -15,8 +15,7 @@ import torch
 
 from granikv.kernels.prefix_classes import PrefixClasses
 
-DENSE, CASCADE = "dense", "cascade"
-PASS_KINDS = (DENSE, CASCADE)
+DENSE, CASCADE = "dense", "cascade"  # the two prefix-pass kinds (dispatch.py chooses)
 
 
 @dataclass

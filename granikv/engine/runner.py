@@ -32,7 +32,6 @@ class Launched:
     tokens: torch.Tensor | None  # greedy: sampled ids (pinned host copy in flight)
     event: torch.cuda.Event | None
     logits: torch.Tensor | None  # non-greedy: sampled on the host at completion
-    rows: torch.Tensor | None
     gens: list[int] = field(default_factory=list)  # each request's admission generation at launch
 
 
@@ -127,15 +126,15 @@ class ModelRunner:
 
     def _launched(self, reqs, logits, nxt, greedy: bool) -> Launched:
         if not greedy:
-            return Launched(reqs, None, None, logits, None)
+            return Launched(reqs, None, None, logits)
         n = len(reqs)
         if self._pinned:
             host = torch.empty(n, dtype=torch.long, pin_memory=True)
             host.copy_(nxt[:n], non_blocking=True)
             ev = torch.cuda.Event()
             ev.record()
-            return Launched(reqs, host, ev, None, None)
-        return Launched(reqs, nxt[:n].clone(), None, None, None)
+            return Launched(reqs, host, ev, None)
+        return Launched(reqs, nxt[:n].clone(), None, None)
 
     def complete(self, la: Launched) -> list[int]:
         """Wait for a launched decode step; its sampled tokens, in `la.reqs` order."""

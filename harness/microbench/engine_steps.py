@@ -52,7 +52,7 @@ def linear_floor_ms(spec, tp: int, b: int, bw: float, peak: float) -> float:
     return t * 1e3
 
 
-def kv_floor_ms(spec, tp: int, system: str, lp: int, ctx: list[int], classes: int, dense: bool,
+def kv_floor_ms(spec, tp: int, system: str, lp: int, ctx: list[int], classes: int,
                 bw: float, peak: float) -> float:
     per_tok = 2 * spec.num_layers * spec.num_kv_heads // tp * spec.head_dim * 2  # bytes, K+V bf16
     if system == "paged" or classes == 0:
@@ -115,7 +115,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     att = eng.backend.stats()
     classes = 1 if system != "paged" and att.get("paged_steps", 0) < att.get("decode_steps", 1) else 0
     lin = linear_floor_ms(spec, cfg.tp, b, bw, peak)
-    kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, att.get("dense_steps", 0) > 0, bw, peak)
+    kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, bw, peak)
     rec = {
         "system": system, "model": spec.name, "Lp": lp, "B": b, "steps": steps,
         "step_ms": statistics.median(times), "step_ms_p10": sorted(times)[len(times) // 10],
