@@ -312,6 +312,8 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(info.get(key), Mapping):  # {"extend": n, "decode": n} -> extend_steps, ...
             for phase, value in info[key].items():
                 out.setdefault(f"{phase}{suffix}", value)
+    if isinstance(info.get("step_log"), Mapping):  # per-phase step times (which phase cost the time)
+        out["step_log"] = info["step_log"]
     for key in ("running", "waiting"):
         if key in info:
             out[f"{key}_at_end"] = info[key]

@@ -17,6 +17,7 @@ from granikv.config import EngineConfig
 from granikv.engine.request import PENDING, Request, SamplingParams, Status
 from granikv.engine.runner import Launched
 from granikv.engine.scheduler import Scheduler
+from granikv.engine.steplog import StepLog
 from granikv.trace import span
 
 
@@ -66,6 +67,7 @@ class Engine:
         self.steps = {"extend": 0, "decode": 0}
         self.inflight: Launched | None = None  # a queued decode step whose tokens are not read yet
         self.step_time = {"extend": 0.0, "decode": 0.0}
+        self.step_log = StepLog()
 
     # -- API ----------------------------------------------------------------------------------
     def add_request(self, input_ids: list[int], params: SamplingParams | None = None,
@@ -111,7 +113,9 @@ class Engine:
                 return []
             if step.mode == "extend":
                 outs = self._run_extend(step)
-                self.step_time["extend"] += time.perf_counter() - t0
+                dt = time.perf_counter() - t0
+                self.step_time["extend"] += dt
+                self.step_log.extend.add(sum(it.end - it.start for it in step.prefill), len(step.prefill), dt)
                 return outs
             self.inflight = self._launch(step)
         nxt = None
@@ -123,7 +127,9 @@ class Engine:
         outs = self._complete(self.inflight)
         self.inflight = nxt
         self._run_promotions()
-        self.step_time["decode"] += time.perf_counter() - t0
+        dt = time.perf_counter() - t0
+        self.step_time["decode"] += dt
+        self.step_log.decode.add(len(outs), len(outs), dt)
         return outs
 
     def _can_overlap(self) -> bool:
@@ -210,6 +216,7 @@ class Engine:
             "model": self.spec.name,
             "steps": dict(self.steps),
             "step_time_s": dict(self.step_time),
+            "step_log": self.step_log.summary(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "retractions": self.scheduler.retractions,

@@ -1,0 +1,46 @@
+"""Per-step timing log of an Engine: how long each extend and decode step took on the host clock.
+
+Why: a serving cell reports only end-to-end metrics; when one system is slower than another
+the first question is which phase (prefill/extend or decode) and which step sizes cost the
+time. `/server_info` carries this summary, and `harness.cell` stores it in the result file.
+Times are host wall times of `Engine.step()` (an extend step waits for its tokens, so it
+includes its GPU time; an overlapped decode step's time is the wait for the previous one).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PhaseLog:
+    count: int = 0
+    total_s: float = 0.0
+    tokens: int = 0
+    recent: deque = field(default_factory=lambda: deque(maxlen=256))  # (tokens, requests, ms)
+
+    def add(self, tokens: int, reqs: int, seconds: float) -> None:
+        self.count += 1
+        self.total_s += seconds
+        self.tokens += tokens
+        self.recent.append((tokens, reqs, round(seconds * 1e3, 3)))
+
+    def summary(self, keep: int) -> dict:
+        ms = [r[2] for r in self.recent]
+        out = {"count": self.count, "total_s": round(self.total_s, 4), "tokens": self.tokens,
+               "recent_median_ms": statistics.median(ms) if ms else None,
+               "recent_max_ms": max(ms) if ms else None}
+        if keep:
+            out["recent"] = [list(r) for r in list(self.recent)[-keep:]]
+        return out
+
+
+@dataclass
+class StepLog:
+    extend: PhaseLog = field(default_factory=PhaseLog)
+    decode: PhaseLog = field(default_factory=PhaseLog)
+
+    def summary(self) -> dict:
+        return {"extend": self.extend.summary(keep=64), "decode": self.decode.summary(keep=0)}

@@ -1,0 +1,143 @@
+"""Run a list of cells on a GPU host that has no Snakemake and no network, within a deadline.
+
+The `h200` Snakemake profile is the normal way to fill results/. This is for lent GPU
+machines (one command, a fixed time limit, no package index): workloads are generated here,
+where the ShareGPT package and the tokenizer are installed, and carried there compressed
+(a 16K-prefix ShareGPT file is 48 MB of JSON but 0.2 MB of xz: the prefix repeats).
+
+    # here: write the workloads of the listed cells, xz-compressed, into a carry folder
+    python -m harness.batch prepare cells.txt --carry .carry/workloads
+    # there: unpack them, run every cell whose result file is missing, stop starting new
+    # cells once less than --reserve-s of the --budget-s is left, and tar what was written
+    python -m harness.batch run cells.txt --carry .carry/workloads --budget-s 560 --tar $OUT/results.tar.gz
+
+cells.txt: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
+A cell that fails is reported and the batch goes on; its log is kept in the tarball.
+"""
+
+from __future__ import annotations
+
+import argparse
+import lzma
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def read_cells(path: Path) -> list[list[str]]:
+    cells = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            cells.append(shlex.split(line))
+    return cells
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hcompose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hcompose(config_name="config", overrides=overrides)
+
+
+def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
+    """Generate each cell's workload file (workloads/) and write an .xz copy into `carry`."""
+    from harness.cell import ensure_workload, workload_config
+
+    carry.mkdir(parents=True, exist_ok=True)
+    done: dict[Path, Path] = {}
+    for ov in cells:
+        cfg = compose(ov)
+        path = ensure_workload(workload_config(cfg), Path(cfg.workloads_dir))
+        if path in done:
+            continue
+        dst = carry / (path.name + ".xz")
+        if not dst.exists() or dst.stat().st_mtime < path.stat().st_mtime:
+            with path.open("rb") as src, lzma.open(dst, "wb", preset=6) as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+        done[path] = dst
+        print(f"{path.name}: {path.stat().st_size / 1e6:.1f} MB -> {dst.stat().st_size / 1e6:.2f} MB xz", flush=True)
+    return list(done.values())
+
+
+def unpack(carry: Path, workloads: Path) -> None:
+    workloads.mkdir(parents=True, exist_ok=True)
+    for xz in sorted(carry.glob("*.jsonl.xz")):
+        dst = workloads / xz.name[: -len(".xz")]
+        if not dst.exists():
+            with lzma.open(xz, "rb") as src, dst.open("wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+
+
+def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -> list[dict]:
+    """Run the cells in order; a cell is started only while more than `reserve_s` of the budget
+    is left (a Lp=16K B=256 cell takes about a minute on an H200)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    report = []
+    for i, ov in enumerate(cells):
+        left = budget_s - (time.monotonic() - t0)
+        if left < reserve_s:
+            report.append({"cell": ov, "status": "not started (budget)"})
+            print(f"[{i + 1}/{len(cells)}] not started: {left:.0f}s left", flush=True)
+            continue
+        log = logs / f"cell{i:02d}.log"
+        t = time.monotonic()
+        cmd = [sys.executable, "-m", "harness.cell", *ov]
+        with log.open("w") as f:
+            try:
+                rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                                    timeout=max(30.0, left - 5)).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        tail = log.read_text().strip().splitlines()[-1:] or [""]
+        report.append({"cell": ov, "status": rc, "s": round(time.monotonic() - t, 1)})
+        print(f"[{i + 1}/{len(cells)}] rc={rc} {time.monotonic() - t:.0f}s {' '.join(ov)}\n    {tail[0][:300]}",
+              flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m harness.batch", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("prepare", help="generate and compress the cells' workloads")
+    p.add_argument("cells", type=Path)
+    p.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
+    r = sub.add_parser("run", help="run the cells (on the GPU host)")
+    r.add_argument("cells", type=Path)
+    r.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
+    r.add_argument("--budget-s", type=float, default=560.0)
+    r.add_argument("--reserve-s", type=float, default=75.0, help="do not start a cell with less time left")
+    r.add_argument("--logs", type=Path, default=ROOT / "batch-logs")
+    r.add_argument("--tar", type=Path, default=None, help="tar results/ and the logs into this file at the end")
+    args = ap.parse_args(argv)
+    cells = read_cells(args.cells)
+    if args.cmd == "prepare":
+        prepare(cells, args.carry)
+        return 0
+    unpack(args.carry, ROOT / "workloads")
+    started = time.time()
+    report = run(cells, args.budget_s, args.reserve_s, args.logs)
+    if args.tar:
+        def new_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:  # what this batch wrote
+            return info if info.isdir() or info.mtime >= started - 1 else None
+
+        with tarfile.open(args.tar, "w:gz") as tf:
+            tf.add(ROOT / "results", arcname="results", filter=new_only)
+            tf.add(args.logs, arcname="batch-logs")
+    failed = [c for c in report if c["status"] not in (0,)]
+    print(f"{len(report) - len(failed)}/{len(report)} cells ok", flush=True)
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
