@@ -23,16 +23,25 @@ API
 - extend(q[T,Hq,d], k_cache, v_cache, slot_table, rows[N], qo_indptr[N+1], prefix_len[N], sm_scale,
   out=None, max_qo_len=None, cfg=None) -> o[T,Hq,d]: cached prefix + causal new part.
 
+Elementwise ops of the decoder (float32 math, one rounding, one launch each):
+- rms_norm(x[T,N], w[N], eps, out=None) -> y; add_rms_norm_(x, residual, w, eps, out=None) -> y:
+  residual += x in place, then y = rmsnorm(residual) * w.
+- silu_mul(gate_up[T,2I], out=None) -> silu(gate) * up [T,I].
+- rope_(x[T,H,d], positions[T], cos_sin[P,d]) -> x: rotate-half RoPE in place (strided views ok).
+
 On CPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1); there 16-bit inputs are
 upcast to float32 after each load, since the interpreter's bf16 arithmetic is unreliable.
 """
 
+from granikv.kernels.act import silu_mul
 from granikv.kernels.decode_paged import DecodeConfig, decode_max_splits, decode_paged
 from granikv.kernels.extend import ExtendConfig, extend
 from granikv.kernels.merge import merge_lse_
+from granikv.kernels.norm import add_rms_norm_, rms_norm
 from granikv.kernels.prefix_cascade import CASCADE_CONFIG, PrefixConfig, prefix_cascade
 from granikv.kernels.prefix_classes import PrefixClasses
 from granikv.kernels.prefix_dense import DENSE_CONFIG, prefix_dense, prefix_dense_cublas
+from granikv.kernels.rope import rope_
 from granikv.kernels.splits import SplitWorkspace
 from granikv.kernels.store_kv import store_kv
 
@@ -44,6 +53,7 @@ __all__ = [
     "PrefixClasses",
     "PrefixConfig",
     "SplitWorkspace",
+    "add_rms_norm_",
     "decode_max_splits",
     "decode_paged",
     "extend",
@@ -51,5 +61,8 @@ __all__ = [
     "prefix_cascade",
     "prefix_dense",
     "prefix_dense_cublas",
+    "rms_norm",
+    "rope_",
+    "silu_mul",
     "store_kv",
 ]
