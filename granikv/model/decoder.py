@@ -10,6 +10,12 @@ Tensor parallelism (Megatron layout): q/k/v and gate/up are column-parallel (eac
 whole heads and a slice of the intermediate size), o and down are row-parallel followed by an
 all-reduce; embedding and LM head are vocab-parallel (see layers.py).
 
+Residual stream: each layer returns its MLP output and the residual *before* that output is
+added; the add happens inside the next norm (the next layer's input norm, or the final norm), which
+updates the residual in place. The math is the same as `h = h + sublayer(norm(h))`, but on CUDA the
+add and the norm are one launch (`fused_elementwise`), as are SiLU * up and RoPE on q and k: four
+elementwise launches a layer instead of eleven. On CPU the torch path runs (HF parity).
+
 `forward` makes no host syncs and no data-dependent shapes, so the decode step can be captured
 in a CUDA graph.
 """
@@ -23,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from granikv.dist import TPGroup, all_reduce
-from granikv.model.layers import ParallelLMHead, RMSNorm, RotaryEmbedding, VocabParallelEmbedding, _param
+from granikv.model.layers import ParallelLMHead, RMSNorm, RotaryEmbedding, VocabParallelEmbedding, _kernels, _param
 from granikv.model.spec import ModelSpec
 
 
@@ -60,12 +66,14 @@ class Attention(nn.Module):
         o_cols = self.num_heads * spec.head_dim
         self.o_proj.weight = _param(spec.hidden_size, o_cols, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, attn: AttentionFn, fused: bool = False) -> torch.Tensor:
         t = x.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = F.linear(x, self.qkv_proj.weight, self.qkv_proj.bias)
-        # RoPE on q and k together: one set of elementwise kernels for both.
-        qk = self.rope(qkv[:, : (hq + hkv) * d].view(t, hq + hkv, d), positions)
+        # RoPE on q and k together: one in-place launch over the projection's output (fused), or
+        # one set of elementwise kernels for both (torch).
+        qk = qkv[:, : (hq + hkv) * d].view(t, hq + hkv, d)
+        qk = self.rope.apply_(qk, positions) if fused else self.rope(qk, positions)
         q, k = qk[:, :hq], qk[:, hq:]
         v = qkv[:, (hq + hkv) * d :].view(t, hkv, d)
         o = attn(self.layer_id, q, k, v)
@@ -85,10 +93,13 @@ class MLP(nn.Module):
         self.down_proj = nn.Module()
         self.down_proj.weight = _param(spec.hidden_size, self.inter, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, fused: bool = False) -> torch.Tensor:
         gate_up = F.linear(x, self.gate_up_proj.weight)
-        gate, up = gate_up[:, : self.inter], gate_up[:, self.inter :]
-        out = F.linear(F.silu(gate) * up, self.down_proj.weight)
+        if fused:
+            act = _kernels().silu_mul(gate_up)  # one launch, reads gate|up once
+        else:
+            act = F.silu(gate_up[:, : self.inter]) * gate_up[:, self.inter :]
+        out = F.linear(act, self.down_proj.weight)
         return all_reduce(self.tp, out)
 
 
@@ -101,9 +112,20 @@ class DecoderLayer(nn.Module):
         self.post_attn_norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps, dtype, device)
         self.mlp = MLP(spec, tp, dtype, device)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, attn: AttentionFn) -> torch.Tensor:
-        h = h + self.attn(self.input_norm(h), positions, attn)
-        return h + self.mlp(self.post_attn_norm(h))
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None, positions: torch.Tensor, attn: AttentionFn,
+                fused: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """x: the previous layer's MLP output, or the embeddings when `residual` is None (first
+        layer). residual: the stream x is still to be added to; updated in place. Returns (this
+        layer's MLP output, the residual it is to be added to) -- `h_out = residual + mlp_out`.
+        """
+        if residual is None:
+            residual = x
+            h = self.input_norm(x, fused=fused)
+        else:
+            h = self.input_norm(x, residual, fused=fused)  # residual += x; h = norm(residual)
+        x = self.attn(h, positions, attn, fused)
+        h = self.post_attn_norm(x, residual, fused=fused)  # residual += attn out
+        return self.mlp(h, fused), residual
 
 
 class CausalLM(nn.Module):
@@ -121,6 +143,7 @@ class CausalLM(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
         max_positions: int | None = None,
+        fused_elementwise: bool | None = None,
     ):
         super().__init__()
         tp = tp or TPGroup()
@@ -129,6 +152,9 @@ class CausalLM(nn.Module):
         self.tp = tp
         self.dtype = dtype
         self.max_positions = max_positions or spec.max_position_embeddings
+        # Triton kernels for norm(+residual add), SiLU*up and RoPE: None = on CUDA only (auto),
+        # True = always (CPU: Triton's interpreter, for tests), False = the torch path
+        self.fused_elementwise = fused_elementwise
         self.rope = RotaryEmbedding(spec, self.max_positions, dtype, device)
         self.embed_tokens = VocabParallelEmbedding(spec, tp, dtype, device)
         self.layers = nn.ModuleList(
@@ -152,9 +178,12 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor:
         """input_ids, positions: [T] (flat step batch) -> float32 logits [N, vocab] of the rows in
         `logits_index` (e.g. each request's last token), or of all T rows when it is None."""
-        h = self.embed_tokens(input_ids)
+        x = self.embed_tokens(input_ids)
+        fused = self.fused_elementwise if self.fused_elementwise is not None else x.is_cuda
+        residual = None
         for layer in self.layers:
-            h = layer(h, positions, attn)
+            x, residual = layer(x, residual, positions, attn, fused)
         if logits_index is not None:
-            h = h.index_select(0, logits_index)
-        return self.lm_head(self.norm(h))
+            x = x.index_select(0, logits_index)
+            residual = residual.index_select(0, logits_index) if residual is not None else None
+        return self.lm_head(self.norm(x, residual, fused=fused))  # the last residual add is in here

@@ -6,7 +6,9 @@ in float32 then cast to the activation dtype), so a float32 model reproduces
 `LlamaForCausalLM` / `Qwen2ForCausalLM` logits to rounding. Where fewer kernels are possible
 with the same math (fused RMSNorm, one table gather and in-place multiply-adds for RoPE) we
 take them: in a decode step of 256 tokens every elementwise launch costs about as much as the
-work it does.
+work it does. With `fused=True` (the model's choice on CUDA) RMSNorm takes the residual add
+into its launch and RoPE is one in-place Triton kernel (granikv.kernels.norm / .rope); the torch
+path stays for CPU and as the reference.
 
 Parameters are allocated zero-filled on their final device and dtype; `weights.py` fills them.
 """
@@ -27,16 +29,36 @@ def _param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Pa
     return nn.Parameter(torch.zeros(shape, dtype=dtype, device=device), requires_grad=False)
 
 
+def _kernels():
+    """granikv.kernels, imported on first use: Triton is needed only by the fused path, so the
+    model stays importable (torch path) on hosts without it."""
+    from granikv import kernels
+
+    return kernels
+
+
 class RMSNorm(nn.Module):
     """x * rsqrt(mean(x^2) + eps) * weight via `F.rms_norm`: one fused kernel on CUDA (computed in
-    float32, rounded once), the same float32 math as transformers on CPU."""
+    float32, rounded once), the same float32 math as transformers on CPU.
+
+    With `residual`, the residual add that precedes the norm is done here: `residual += x` in
+    place (rounded to its dtype, as `h + x` is), and the norm of the sum is returned. `fused`
+    runs both in one Triton launch (`add_rms_norm_`) instead of an add and `F.rms_norm`.
+    """
 
     def __init__(self, size: int, eps: float, dtype: torch.dtype, device: torch.device | str) -> None:
         super().__init__()
         self.eps = eps
         self.weight = _param(size, dtype=dtype, device=device)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, fused: bool = False) -> torch.Tensor:
+        if fused:
+            k = _kernels()
+            if residual is None:
+                return k.rms_norm(x, self.weight, self.eps)
+            return k.add_rms_norm_(x, residual, self.weight, self.eps)
+        if residual is not None:
+            x = residual.add_(x)
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
@@ -76,6 +98,11 @@ class RotaryEmbedding(nn.Module):
         freqs = t[:, None] * inv_freq[None, :]  # [P, d/2], float32 as in HF
         table = torch.cat((freqs.cos(), freqs.sin()), dim=-1)  # [P, d]: cos | sin
         self.register_buffer("cos_sin", table.to(dtype=dtype, device=device), persistent=False)
+
+    def apply_(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: [T, H, d] (any token/head stride, unit last stride) rotated in place by one Triton
+        launch (granikv.kernels.rope_); returns x."""
+        return _kernels().rope_(x, positions, self.cos_sin)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """x: [T, H, d] (any token stride) -> rotated copy [T, H, d] (contiguous)."""

@@ -238,9 +238,12 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
     max_positions: int | None = None,
+    fused_elementwise: bool | None = None,
 ) -> CausalLM:
-    """Build this rank's `CausalLM` and load it (`dummy`: seeded; `safetensors`: from `path`)."""
-    model = CausalLM(spec, tp, dtype=dtype, device=device, max_positions=max_positions)
+    """Build this rank's `CausalLM` and load it (`dummy`: seeded; `safetensors`: from `path`).
+    `fused_elementwise`: see CausalLM (None = Triton elementwise kernels on CUDA only)."""
+    model = CausalLM(spec, tp, dtype=dtype, device=device, max_positions=max_positions,
+                     fused_elementwise=fused_elementwise)
     if load_format == "dummy":
         source: WeightSource = DummySource(seed)
     elif load_format == "safetensors":
