@@ -53,6 +53,9 @@ class EngineConfig:
     # kernels: "triton" (GPU, or Triton's interpreter on CPU) or "torch" (float32 references;
     # slow, for cross-checks in tests)
     kernel_impl: str = "triton"
+    # fused Triton kernels for the decoder's elementwise ops (residual add + RMSNorm, SiLU * up,
+    # RoPE) on CUDA; the CPU always runs the torch path
+    fused_elementwise: bool = True
 
     # runner
     cuda_graphs: bool = True

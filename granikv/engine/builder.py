@@ -60,6 +60,7 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
     max_pos = max(cfg.max_context, 16)
     if model is None:
         model = load_model(spec, tp, cfg.load_format, cfg.model_path, cfg.seed, dtype, device, max_positions=max_pos)
+    model.fused_elementwise = None if cfg.fused_elementwise else False  # None: fused on CUDA only
     n_slots = kv_slots(cfg, spec, tp, dtype, device)
     hkv = spec.num_kv_heads // tp.world_size
     hq = spec.num_heads // tp.world_size

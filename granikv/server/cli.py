@@ -17,6 +17,7 @@ _FIELD_HELP = {
     "hot_fraction": "f_p: share of KV slots reserved for HOT slabs (granikv)",
     "m_sat": "dense prefix pass when n_class*g >= m_sat (see conf/hardware/<gpu>.yaml)",
     "num_slots": "explicit KV slot count (overrides kv_budget_gb / mem_fraction)",
+    "fused_elementwise": "Triton kernels for residual add + RMSNorm, SiLU*up and RoPE on CUDA (CPU: torch)",
 }
 
 
