@@ -42,8 +42,10 @@ DURATION = "gpu__time_duration.sum"
 METRICS = (DRAM, L2_HIT, TENSOR, WAVES, DURATION)
 
 # the Triton kernels of each layout (granikv/kernels): the dense prefix pass over the HOT slab
-# runs prefix_cascade's `_prefix_kernel`; the paged decode runs decode_paged's `_decode_kernel`
-LAYOUT_KERNELS = {"shared": "_prefix_kernel", "unique": "_decode_kernel"}
+# runs prefix_cascade's `_prefix_kernel`; the paged decode runs decode_paged's `_decode_kernel`.
+# Anchored: ncu's regex is a search, and `_combine_prefix_kernel` (the split-K combine) would
+# otherwise take launches of the count meant for the prefix pass itself.
+LAYOUT_KERNELS = {"shared": "^_prefix_kernel$", "unique": "^_decode_kernel$"}
 
 _SCALE = {  # ncu units -> base unit (bytes, microseconds for time)
     "": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,

@@ -115,3 +115,12 @@ def test_capture_skips_warmup_launches_of_the_default_target(tmp_path, monkeypat
                               "_prefix_kernel", 2, 3)
     assert seen["unique"][1:] == ("_decode_kernel", 2, 3)
     assert json.loads((tmp_path / "n.json").read_text())["records"] == []
+
+
+def test_layout_kernel_regexes_match_only_their_kernel():
+    import re
+
+    assert re.search(ncu.LAYOUT_KERNELS["shared"], "_prefix_kernel")
+    assert not re.search(ncu.LAYOUT_KERNELS["shared"], "_combine_prefix_kernel")
+    assert re.search(ncu.LAYOUT_KERNELS["unique"], "_decode_kernel")
+    assert not re.search(ncu.LAYOUT_KERNELS["unique"], "_combine_decode_kernel")
