@@ -112,8 +112,8 @@ def test_capture_skips_warmup_launches_of_the_default_target(tmp_path, monkeypat
     monkeypatch.setattr(ncu, "capture", fake_capture)
     assert ncu.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "n.json"), "--warmup", "2"]) == 0
     assert seen["shared"] == ("harness.ncu --launch-table5 --layouts shared --warmup 2 --launch-count 3",
-                              "_prefix_kernel", 2, 3)
-    assert seen["unique"][1:] == ("_decode_kernel", 2, 3)
+                              "^_prefix_kernel$", 2, 3)
+    assert seen["unique"][1:] == ("^_decode_kernel$", 2, 3)
     assert json.loads((tmp_path / "n.json").read_text())["records"] == []
 
 
