@@ -1,6 +1,6 @@
 """The fused elementwise path of the decoder (Triton add+RMSNorm, SiLU*up, in-place RoPE) gives the
-torch path's logits: on CPU the kernels run in Triton's interpreter over the float32 tiny models;
-on a GPU the same in bf16 (within bf16 rounding, as the fused kernels round once)."""
+torch path's logits: float32 tiny models (on CPU the kernels run in Triton's interpreter, on a GPU
+host compiled), and on a GPU the same in bf16 (within bf16 rounding, as the kernels round once)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 from granikv.model import RefAttention, load_model, load_spec
 
 SEGMENTS = [("a", 5), ("b", 1), ("c", 12)]
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _run(model, spec, ids, pos, index=None):
@@ -18,33 +19,34 @@ def _run(model, spec, ids, pos, index=None):
     logits = model(ids, pos, attn, logits_index=index)
     attn.set_batch([(s, 1) for s, _ in SEGMENTS])  # one decode step on top of the prefill
     nxt = logits[[4, 5, 17]].argmax(-1) if index is None else logits.argmax(-1)
+    nxt = nxt.to(ids.device)
     step = model(nxt, torch.tensor([n for _, n in SEGMENTS], device=ids.device), attn,
                  logits_index=torch.arange(len(SEGMENTS), device=ids.device))
     return logits, step
 
 
 @pytest.mark.parametrize("name", ["tiny", "tiny-qwen"])
-def test_fused_path_matches_torch_path_cpu(name):
+def test_fused_path_matches_torch_path_fp32(name):
     spec = load_spec(name)
-    torch_model = load_model(spec, seed=3, max_positions=64)
-    fused_model = load_model(spec, seed=3, max_positions=64, fused_elementwise=True)
-    assert torch_model.fused_elementwise is None  # auto: torch on CPU
+    torch_model = load_model(spec, seed=3, max_positions=64, device=DEV, fused_elementwise=False)
+    fused_model = load_model(spec, seed=3, max_positions=64, device=DEV, fused_elementwise=True)
     g = torch.Generator().manual_seed(0)
     n = sum(k for _, k in SEGMENTS)
-    ids = torch.randint(0, spec.vocab_size, (n,), generator=g)
-    pos = torch.cat([torch.arange(k) for _, k in SEGMENTS])
-    for index in (None, torch.tensor([4, 5, 17])):
+    ids = torch.randint(0, spec.vocab_size, (n,), generator=g).to(DEV)
+    pos = torch.cat([torch.arange(k) for _, k in SEGMENTS]).to(DEV)
+    for index in (None, torch.tensor([4, 5, 17], device=DEV)):
         want, want_step = _run(torch_model, spec, ids, pos, index)
         got, got_step = _run(fused_model, spec, ids, pos, index)
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(got_step, want_step, rtol=1e-4, atol=1e-4)
 
 
-def test_torch_path_unchanged_by_flag_false():
-    """fused_elementwise=False forces the torch path (what EngineConfig(fused_elementwise=False)
-    sets) and gives the same logits as the default CPU model, bit for bit."""
+def test_auto_is_torch_path_on_cpu():
+    """fused_elementwise=None (auto) runs the torch path on CPU: the same logits as
+    fused_elementwise=False (what EngineConfig(fused_elementwise=False) sets), bit for bit."""
     spec = load_spec("tiny")
     a = load_model(spec, seed=1, max_positions=64)
+    assert a.fused_elementwise is None
     b = load_model(spec, seed=1, max_positions=64, fused_elementwise=False)
     ids = torch.arange(18) % spec.vocab_size
     pos = torch.cat([torch.arange(k) for _, k in SEGMENTS])
