@@ -92,18 +92,32 @@ class RadixCache:
 
     # ---- helpers -------------------------------------------------------------------------------
     def _child_key(self, key: np.ndarray):
-        return int(key[0]) if self.page_size == 1 else tuple(key[: self.page_size].tolist())
+        """Children are keyed by their first token (P = 1) or the raw bytes of their first page
+        (int32 tokens; bytes hash and compare faster than a tuple of P ints)."""
+        return key.item(0) if self.page_size == 1 else key[: self.page_size].tobytes()
+
+    def _key_at(self, tokens: np.ndarray, pos: int):
+        """Child key of the sequence starting at `pos` (`_child_key(tokens[pos:])`, no slice)."""
+        P = self.page_size
+        return tokens.item(pos) if P == 1 else tokens[pos : pos + P].tobytes()
 
     def _common(self, a: np.ndarray, b: np.ndarray) -> int:
-        """Length of the common prefix of a and b (rounded down to pages). Compares into a reused
-        scratch buffer: allocating a fresh 16K-element temporary costs more than the compare."""
-        m = min(len(a), len(b))
+        """Length of the common prefix of a and b (rounded down to pages)."""
+        return self._common_at(a, b, 0) if len(b) else 0
+
+    def _common_at(self, key: np.ndarray, tokens: np.ndarray, pos: int) -> int:
+        """Length of the common prefix of `key` and `tokens[pos:]` (rounded down to pages; pos <
+        len(tokens)). Compares into a reused scratch buffer: allocating a fresh 16K-element
+        temporary costs more than the compare."""
+        m = min(len(key), len(tokens) - pos)
+        if m <= 0:
+            return 0
         if len(self._scratch) < m:
             self._scratch = np.empty(max(m, 2 * len(self._scratch)), dtype=bool)
         ne = self._scratch[:m]
-        np.not_equal(a[:m], b[:m], out=ne)
-        i = int(ne.argmax()) if m else 0  # argmax of bools stops at the first True: the first mismatch
-        n = i if m and ne[i] else m
+        np.not_equal(key[:m], tokens[pos : pos + m], out=ne)
+        i = int(ne.argmax())  # argmax of bools stops at the first True: the first mismatch
+        n = i if ne[i] else m
         return n - n % self.page_size
 
     def nodes(self) -> Iterator[Node]:
@@ -141,21 +155,20 @@ class RadixCache:
         tokens = np.asarray(tokens, dtype=np.int32)
         node, pos, parts = self.root, 0, []
         now = next(self._clock)
-        while pos < len(tokens):
-            rest = tokens[pos:]
-            if len(rest) < self.page_size:
-                break
-            child = node.children.get(self._child_key(rest))
+        end = len(tokens) - self.page_size  # a child needs a whole first page
+        hot = self.hot
+        while pos <= end:
+            child = node.children.get(self._key_at(tokens, pos))
             if child is None:
                 break
-            n = self._common(child.key, rest)
+            n = self._common_at(child.key, tokens, pos)
             if n == 0:
                 break
             if n < len(child):
                 child = self._split(child, n)
             child.last_access = now
-            if child.slab is not None and self.hot is not None:
-                self.hot.touch(child.slab)
+            if child.slab is not None and hot is not None:
+                hot.touch(child.slab)
             parts.append(child.slots)
             node, pos = child, pos + n
         return Match(node, parts, pos)
@@ -175,13 +188,19 @@ class RadixCache:
             raise ValueError("tokens and slots differ in length")
         if len(tokens) % self.page_size:
             raise ValueError("insert length must be a multiple of the page size")
+        return self._insert(tokens, slots, segments, start, start_pos)
+
+    def _insert(self, tokens: np.ndarray, slots: np.ndarray, segments: list[Segment],
+                start: Node | None, start_pos: int) -> tuple[int, Node]:
+        """`insert` of int32 arrays already checked (equal lengths, whole pages)."""
         node, pos = (self.root, 0) if start is None else (start, start_pos)
         now = next(self._clock)
-        while pos < len(tokens):
-            child = node.children.get(self._child_key(tokens[pos:]))
+        T = len(tokens)
+        while pos < T:
+            child = node.children.get(self._key_at(tokens, pos))
             if child is None:
                 break
-            n = self._common(child.key, tokens[pos:])
+            n = self._common_at(child.key, tokens, pos)
             if n == 0:
                 break
             if n < len(child):
@@ -190,20 +209,21 @@ class RadixCache:
             node, pos = child, pos + n
         dup = pos
         for seg in segments:
-            a, b = max(seg.start, pos), min(seg.end, len(tokens))
+            a, b = max(seg.start, pos), min(seg.end, T)
             if a >= b:
                 continue
             if a != pos:
                 raise ValueError("segments must cover the inserted positions without gaps")
-            offset = seg.offset + (a - seg.start) if seg.kind == HOT else 0
-            new = Node(next(self._ids), tokens[a:b].copy(), slots[a:b].copy(), seg.kind, seg.slab, offset,
-                       node)
+            hot = seg.kind == HOT
+            key = tokens[a:b].copy()
+            new = Node(next(self._ids), key, slots[a:b].copy(), seg.kind, seg.slab,
+                       seg.offset + (a - seg.start) if hot else 0, node)
             new.last_access = now
-            if seg.kind == HOT:
+            if hot:
                 self.hot.add_node_ref(seg.slab)
-            node.children[self._child_key(new.key)] = new
+            node.children[self._key_at(key, 0)] = new
             node, pos = new, b
-        if pos != len(tokens):
+        if pos != T:
             raise ValueError("segments must cover the inserted positions")
         return dup, node
 
@@ -237,9 +257,14 @@ class RadixCache:
         raise ValueError(f"position {end} is not on the path to {node}")
 
     # ---- locking -------------------------------------------------------------------------------
-    def lock(self, node: Node) -> None:
-        """Protect root..node from eviction (one reference per live reader)."""
-        while node is not self.root:
+    def lock(self, node: Node, above: Node | None = None) -> None:
+        """Protect root..node from eviction (one reference per live reader). With `above` (an
+        ancestor of node, or node itself): only the nodes below `above` get the reference, i.e.
+        `lock(node); unlock(above)` for a reader that holds root..above already."""
+        stop = self.root if above is None else above
+        while node is not stop:
+            if node is self.root:
+                raise ValueError(f"{above} is not on the path to the locked node")
             if node.lock_ref == 0 and node.kind == HOT:
                 self.hot.acquire(node.slab)
             node.lock_ref += 1

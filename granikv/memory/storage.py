@@ -25,6 +25,7 @@ Lifecycle of a request:
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,11 @@ from granikv.memory.radix import COLD, HOT, PAGED, Node, RadixCache, Segment
 
 if TYPE_CHECKING:
     from granikv.config import EngineConfig
+
+
+# One-segment layouts of any inserted length (RadixCache.insert clips segments to the tokens).
+_ALL_PAGED = [Segment(0, 1 << 62, PAGED)]
+_ALL_COLD = [Segment(0, 1 << 62, COLD)]
 
 
 @dataclass(frozen=True)
@@ -109,8 +115,24 @@ class Storage:
         self.table = np.zeros((max_running, max_context), dtype=np.int32)
         self.table.fill(0)  # touch every page now, not on a request's first admission (page faults)
         self.seq_lens = np.zeros(max_running, dtype=np.int64)
-        # Next slot of the row's last page; a multiple of P means the page is full (P=1: always).
-        self._next = np.zeros(max_running, dtype=np.int64)
+        # The row's last slot (table[row, seq_len-1]); the next one is on the same page unless
+        # last+1 is a multiple of P (P=1: always a fresh slot).
+        self._last = np.full(max_running, -1, dtype=np.int64)
+        self._flat = self.table.reshape(-1)  # a view: grow_batch scatters through flat indices
+        self._lane = np.arange(page_size, dtype=np.int32)
+        self._one = np.int64(1)
+        self._pow2 = page_size & (page_size - 1) == 0
+        self._page_mask = np.int64(page_size - 1)
+        # An upper bound on every row's seq_len (free rows: 0), so grow_batch checks max_context
+        # with one comparison instead of a max over the batch; recomputed when it reaches the limit.
+        self._len_bound = 0
+        # What the previous admission wrote into each row's prefix positions: (part arrays, their
+        # total length). The next admission whose matched prefix is the very same node slot arrays
+        # (a shared prefix, admitted into a row freed by a request that shared it) finds those
+        # positions already holding its slots and does not rewrite them (64 KB for 16K tokens).
+        # Positions below the private range are written nowhere else, and slot arrays of nodes are
+        # never modified in place (splits and promotions assign new arrays), so identity suffices.
+        self._row_prefix: list[tuple[tuple[np.ndarray, ...], int] | None] = [None] * max_running
         self._free_rows = list(range(max_running - 1, -1, -1))
         self.live: dict[int, Admission] = {}
         self.counters = StorageStats()
@@ -202,21 +224,50 @@ class Storage:
         """Lock `node`, allocate positions [start, L), fill the row. Undoes the lock on failure."""
         L = len(tokens)
         self.radix.lock(node)
-        new = self._alloc_tokens(L - start)  # never empty: start <= L-1
-        if new is None:
+        row = self._free_rows[-1]
+        if not self._fill_private(row, start, L):  # never empty: start <= L-1
             self.radix.unlock(node)
             return None
-        row = self._free_rows.pop()
-        pos = 0
-        for part in prefix_parts:
-            self.table[row, pos : pos + len(part)] = part
-            pos += len(part)
-        self.table[row, start:L] = new
+        self._free_rows.pop()
+        parts = tuple(prefix_parts)
+        prev = self._row_prefix[row]
+        if (prev is None or prev[1] != start or len(prev[0]) != len(parts)
+                or not all(map(operator.is_, prev[0], parts))):
+            pos = 0
+            for part in parts:
+                self.table[row, pos : pos + len(part)] = part
+                pos += len(part)
+            self._row_prefix[row] = (parts, start)
         self.seq_lens[row] = L
-        self._next[row] = int(new[-1]) + 1
+        if L > self._len_bound:
+            self._len_bound = L
         cached = start if slab is None else 0
-        return Admission(row=row, slots=self.table[row, :L], cached_len=cached, prefix=prefix,
-                         prompt_len=L, node=node, node_end=cached, slab=slab, tail_start=start)
+        # positional: row, slots, cached_len, prefix, prompt_len, node, node_end, slab, closed, tail_start
+        return Admission(row, self.table[row, :L], cached, prefix, L, node, cached, slab, [], start)
+
+    def _fill_private(self, row: int, start: int, L: int) -> bool:
+        """Fresh pages for positions [start, L) of `row`, written into the table in page order
+        (sets the row's next slot); False, with nothing changed, when there is no space. With
+        P > 1 the last page is written whole: table positions past L are unspecified until grown
+        into, and growth writes exactly these slots there."""
+        n, P = L - start, self.P
+        k = -(-n // P)
+        pages = self._alloc_pages(k)
+        if pages is None:
+            return False
+        if P == 1:
+            self.table[row, start:L] = pages
+            self._last[row] = int(pages[-1])
+            return True
+        end = start + k * P
+        if end <= self.max_context:
+            dst = self.table[row, start:end].reshape(k, P)
+            np.multiply(pages[:, None], P, out=dst)
+            dst += self._lane
+        else:
+            self.table[row, start:L] = (pages[:, None] * P + self._lane).ravel()[:n]
+        self._last[row] = int(pages[-1]) * P + (n - 1) % P
+        return True
 
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
         m = self.radix.match_prefix(tokens[: len(tokens) - 1])  # prefill computes >= 1 token
@@ -228,7 +279,7 @@ class Storage:
         L = int(self.seq_lens[r])
         if L + n > self.max_context:
             raise ValueError(f"request would exceed max_context={self.max_context}")
-        nxt = int(self._next[r])
+        nxt = int(self._last[r]) + 1
         take = min((-nxt) % self.P, n)  # room left in the last page
         head = np.arange(nxt, nxt + take, dtype=np.int32)
         if n > take:
@@ -240,36 +291,49 @@ class Storage:
             slots = head
         self.table[r, L : L + n] = slots
         self.seq_lens[r] = L + n
-        self._next[r] = int(slots[-1]) + 1
+        self._last[r] = int(slots[-1])
+        if L + n > self._len_bound:
+            self._len_bound = L + n
         return slots
 
     def grow_batch(self, rows: np.ndarray) -> np.ndarray | None:
         """One decode slot for each row in `rows` (int array); all or nothing."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self._len_bound >= self.max_context:  # some row may be full: check exactly
+            self._len_bound = int(self.seq_lens.max())
+            if rows.size and int(self.seq_lens[rows].max()) >= self.max_context:
+                raise ValueError(f"a request would exceed max_context={self.max_context}")
         L = self.seq_lens[rows]
-        if rows.size and int(L.max()) >= self.max_context:
-            raise ValueError(f"a request would exceed max_context={self.max_context}")
-        if self.P == 1:
+        P = self.P
+        if P == 1:
             slots = self._alloc_pages(rows.size)
             if slots is None:
                 return None
         else:
-            slots = self._next[rows]
-            need = slots % self.P == 0  # the last page is full
+            # In-place numpy ops with numpy scalars: a Python int operand or a fresh result array
+            # costs about a microsecond more per operation on 256 elements.
+            slots = self._last[rows]
+            slots += self._one
+            need = np.logical_not(slots & self._page_mask if self._pow2 else slots % P)  # new page
             pages = self._alloc_pages(int(np.count_nonzero(need)))
             if pages is None:
                 return None
-            slots[need] = pages * self.P
-            self._next[rows] = slots + 1
-        self.table[rows, L] = slots
-        self.seq_lens[rows] = L + 1
+            pages *= P
+            slots[need] = pages
+            self._last[rows] = slots
+        idx = rows * self.max_context
+        idx += L
+        self._flat[idx] = slots  # table[rows, L]
+        L += self._one
+        self.seq_lens[rows] = L
+        self._len_bound += 1
         return slots
 
     def seq_len(self, adm: Admission) -> int:
         return int(self.seq_lens[adm.row])
 
     def _segments(self, adm: Admission, n: int) -> list[Segment]:
-        return [Segment(0, n, PAGED)]
+        return _ALL_PAGED  # insert clips segments to the inserted length
 
     def _cacheable(self, adm: Admission, n: int) -> int:
         """How many of the first n positions go into the radix tree (paged: whole pages)."""
@@ -280,16 +344,19 @@ class Storage:
         now, so requests admitted later reuse them; the request keeps reading its own slots.
         Returns the number of positions now cached (page-aligned)."""
         tokens = np.asarray(tokens, dtype=np.int32)
-        n = self._cacheable(adm, min(len(tokens), self.seq_len(adm)))
+        n = self._cacheable(adm, min(len(tokens), int(self.seq_lens[adm.row])))
         if n <= adm.node_end:
             return 0
-        dup, node = self.radix.insert(tokens[:n], self.table[adm.row, :n], self._segments(adm, n),
-                                      adm.node, adm.node_end)
+        # radix._insert: int32 arrays of equal length, n page-aligned by _cacheable
+        dup, node = self.radix._insert(tokens[:n], self.table[adm.row, :n], self._segments(adm, n),
+                                       adm.node, adm.node_end)
         if dup > adm.tail_start:  # our copies of positions someone else cached meanwhile stay ours
             adm.closed.append((adm.tail_start, dup))
-        adm.tail_start = max(adm.tail_start, n)
-        self.radix.lock(node)
-        self.radix.unlock(adm.node)
+        if n > adm.tail_start:
+            adm.tail_start = n
+        # Move the request's lock down to `node` (below adm.node: insert started there): the
+        # path root..adm.node stays locked as it was, only the nodes below it get a reference.
+        self.radix.lock(node, above=adm.node)
         adm.node, adm.node_end = node, n
         return n
 
@@ -300,14 +367,15 @@ class Storage:
             raise ValueError("request already finished")
         tokens = np.asarray(tokens, dtype=np.int32)
         r = adm.row
-        n = self._cacheable(adm, min(len(tokens), self.seq_len(adm)))
+        L = int(self.seq_lens[r])
+        n = self._cacheable(adm, min(len(tokens), L))
         dup = n  # n <= node_end: all of it is cached already (the locked path holds it)
         if n > adm.node_end:
-            dup, _ = self.radix.insert(tokens[:n], self.table[r, :n], self._segments(adm, n),
-                                       adm.node, adm.node_end)
+            dup, _ = self.radix._insert(tokens[:n], self.table[r, :n], self._segments(adm, n),
+                                        adm.node, adm.node_end)
         # Private positions below `dup` duplicate the tree; those >= n are not cached.
         frees = []
-        for a, b in adm.closed + [(adm.tail_start, int(self.seq_lens[r]))]:
+        for a, b in (adm.closed + [(adm.tail_start, L)] if adm.closed else ((adm.tail_start, L),)):
             frees += [(a, min(b, dup)), (max(a, n), b)]
         self._free_positions(r, frees)
         self._end(adm)
@@ -334,7 +402,7 @@ class Storage:
         r = adm.row
         del self.live[r]
         self.seq_lens[r] = 0
-        self._next[r] = 0
+        self._last[r] = -1
         self._free_rows.append(r)
 
     def _hot(self) -> HotPool:
@@ -510,7 +578,7 @@ class GraniKVStorage(Storage):
         if adm.slab is not None and adm.prefix is not None:
             lp = adm.prefix.prefix_len
             return [Segment(0, min(lp, n), HOT, adm.slab, 0), Segment(min(lp, n), n, COLD)]
-        return [Segment(0, n, COLD)]
+        return _ALL_COLD  # insert clips segments to the inserted length
 
     # ---- promotions ----------------------------------------------------------------------------
     def take_promotions(self) -> list[PromotionPlan]:
