@@ -114,15 +114,18 @@ class Storage:
         self.radix = radix
         self.table = np.zeros((max_running, max_context), dtype=np.int32)
         self.table.fill(0)  # touch every page now, not on a request's first admission (page faults)
-        self.seq_lens = np.zeros(max_running, dtype=np.int64)
-        # The row's last slot (table[row, seq_len-1]); the next one is on the same page unless
-        # last+1 is a multiple of P (P=1: always a fresh slot).
-        self._last = np.full(max_running, -1, dtype=np.int64)
-        self._flat = self.table.reshape(-1)  # a view: grow_batch scatters through flat indices
+        # Per row, the flat table index of its last position: row·max_context + seq_len - 1 (a
+        # free row: row·max_context - 1). grow_batch gathers, bumps and scatters this one array,
+        # and reads each row's last slot from the table itself (the row's next slot is the one
+        # after it, on the same page unless that page is full), so no separate length or
+        # next-slot arrays need updating per step. `seq_lens` is derived from it.
+        self._rowbase = np.arange(max_running, dtype=np.int64) * max_context
+        self._lastpos = self._rowbase - 1
+        self._flat = self.table.reshape(-1)  # a view
         self._lane = np.arange(page_size, dtype=np.int32)
-        self._one = np.int64(1)
+        self._one = np.int32(1)
         self._pow2 = page_size & (page_size - 1) == 0
-        self._page_mask = np.int64(page_size - 1)
+        self._page_mask = np.int32(page_size - 1)
         # An upper bound on every row's seq_len (free rows: 0), so grow_batch checks max_context
         # with one comparison instead of a max over the batch; recomputed when it reaches the limit.
         self._len_bound = 0
@@ -238,7 +241,7 @@ class Storage:
                 self.table[row, pos : pos + len(part)] = part
                 pos += len(part)
             self._row_prefix[row] = (parts, start)
-        self.seq_lens[row] = L
+        self._lastpos[row] = row * self.max_context + L - 1
         if L > self._len_bound:
             self._len_bound = L
         cached = start if slab is None else 0
@@ -257,7 +260,6 @@ class Storage:
             return False
         if P == 1:
             self.table[row, start:L] = pages
-            self._last[row] = int(pages[-1])
             return True
         end = start + k * P
         if end <= self.max_context:
@@ -266,7 +268,6 @@ class Storage:
             dst += self._lane
         else:
             self.table[row, start:L] = (pages[:, None] * P + self._lane).ravel()[:n]
-        self._last[row] = int(pages[-1]) * P + (n - 1) % P
         return True
 
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
@@ -276,10 +277,10 @@ class Storage:
     def grow(self, adm: Admission, n: int) -> np.ndarray | None:
         """n more slots at the end of one request (decode or a chunk); None if out of space."""
         r = adm.row
-        L = int(self.seq_lens[r])
+        L = self._seq_len(r)
         if L + n > self.max_context:
             raise ValueError(f"request would exceed max_context={self.max_context}")
-        nxt = int(self._last[r]) + 1
+        nxt = int(self.table[r, L - 1]) + 1 if L and self.P > 1 else 0  # after the row's last slot
         take = min((-nxt) % self.P, n)  # room left in the last page
         head = np.arange(nxt, nxt + take, dtype=np.int32)
         if n > take:
@@ -290,47 +291,54 @@ class Storage:
         else:
             slots = head
         self.table[r, L : L + n] = slots
-        self.seq_lens[r] = L + n
-        self._last[r] = int(slots[-1])
+        self._lastpos[r] += n
         if L + n > self._len_bound:
             self._len_bound = L + n
         return slots
 
     def grow_batch(self, rows: np.ndarray) -> np.ndarray | None:
-        """One decode slot for each row in `rows` (int array); all or nothing."""
+        """One decode slot for each row in `rows` (int array); all or nothing. Returns the slots
+        (int32) in the order of `rows`."""
         rows = np.asarray(rows, dtype=np.int64)
         if self._len_bound >= self.max_context:  # some row may be full: check exactly
-            self._len_bound = int(self.seq_lens.max())
-            if rows.size and int(self.seq_lens[rows].max()) >= self.max_context:
+            lens = self.seq_lens
+            self._len_bound = int(lens.max())
+            if rows.size and int(lens[rows].max()) >= self.max_context:
                 raise ValueError(f"a request would exceed max_context={self.max_context}")
-        L = self.seq_lens[rows]
-        P = self.P
-        if P == 1:
+        w = self._lastpos[rows]
+        if self.P == 1:
             slots = self._alloc_pages(rows.size)
             if slots is None:
                 return None
         else:
             # In-place numpy ops with numpy scalars: a Python int operand or a fresh result array
             # costs about a microsecond more per operation on 256 elements.
-            slots = self._last[rows]
+            slots = self._flat[w]  # each row's last slot; the next one follows it on its page
             slots += self._one
-            need = np.logical_not(slots & self._page_mask if self._pow2 else slots % P)  # new page
-            pages = self._alloc_pages(int(np.count_nonzero(need)))
+            need = np.logical_not(slots & self._page_mask if self._pow2 else slots % self.P)
+            pages = self._alloc_pages(int(np.count_nonzero(need)))  # rows whose page is full
             if pages is None:
                 return None
-            pages *= P
+            pages *= self.P
             slots[need] = pages
-            self._last[rows] = slots
-        idx = rows * self.max_context
-        idx += L
-        self._flat[idx] = slots  # table[rows, L]
-        L += self._one
-        self.seq_lens[rows] = L
+        w += 1
+        self._flat[w] = slots  # table[rows, seq_lens[rows]]
+        self._lastpos[rows] = w
         self._len_bound += 1
         return slots
 
+    @property
+    def seq_lens(self) -> np.ndarray:
+        """Every row's sequence length (0: free row), a fresh array."""
+        out = self._lastpos - self._rowbase
+        out += 1
+        return out
+
+    def _seq_len(self, row: int) -> int:
+        return int(self._lastpos[row]) - row * self.max_context + 1
+
     def seq_len(self, adm: Admission) -> int:
-        return int(self.seq_lens[adm.row])
+        return self._seq_len(adm.row)
 
     def _segments(self, adm: Admission, n: int) -> list[Segment]:
         return _ALL_PAGED  # insert clips segments to the inserted length
@@ -344,7 +352,7 @@ class Storage:
         now, so requests admitted later reuse them; the request keeps reading its own slots.
         Returns the number of positions now cached (page-aligned)."""
         tokens = np.asarray(tokens, dtype=np.int32)
-        n = self._cacheable(adm, min(len(tokens), int(self.seq_lens[adm.row])))
+        n = self._cacheable(adm, min(len(tokens), self._seq_len(adm.row)))
         if n <= adm.node_end:
             return 0
         # radix._insert: int32 arrays of equal length, n page-aligned by _cacheable
@@ -367,7 +375,7 @@ class Storage:
             raise ValueError("request already finished")
         tokens = np.asarray(tokens, dtype=np.int32)
         r = adm.row
-        L = int(self.seq_lens[r])
+        L = self._seq_len(r)
         n = self._cacheable(adm, min(len(tokens), L))
         dup = n  # n <= node_end: all of it is cached already (the locked path holds it)
         if n > adm.node_end:
@@ -385,7 +393,7 @@ class Storage:
         if adm.done:
             raise ValueError("request already finished")
         r = adm.row
-        self._free_positions(r, adm.closed + [(adm.tail_start, int(self.seq_lens[r]))])
+        self._free_positions(r, adm.closed + [(adm.tail_start, self._seq_len(r))])
         self._end(adm)
 
     def _end(self, adm: Admission) -> None:
@@ -401,8 +409,7 @@ class Storage:
         adm.done = True
         r = adm.row
         del self.live[r]
-        self.seq_lens[r] = 0
-        self._last[r] = -1
+        self._lastpos[r] = r * self.max_context - 1  # seq_len 0
         self._free_rows.append(r)
 
     def _hot(self) -> HotPool:
@@ -435,7 +442,7 @@ class Storage:
         expected_locks: dict[int, int] = {}
         for adm in self.live.values():
             r = adm.row
-            L = int(self.seq_lens[r])
+            L = self._seq_len(r)
             priv = [self.table[r, a:b] for a, b in adm.closed + [(adm.tail_start, L)]]
             priv = np.concatenate(priv)
             if self.P > 1:
@@ -673,7 +680,7 @@ class GraniKVStorage(Storage):
         cold_in_hot = set()
         for adm in self.live.values():
             r = adm.row
-            for a, b in adm.closed + [(adm.tail_start, int(self.seq_lens[r]))]:
+            for a, b in adm.closed + [(adm.tail_start, self._seq_len(r))]:
                 cold_in_hot.update(int(s) for s in self.table[r, a:b] if s < hot.end)
         for x in self.radix.nodes():
             if x.kind == COLD:
