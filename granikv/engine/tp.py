@@ -123,5 +123,8 @@ class TPEngine(Engine):
 def create_engine(config: EngineConfig) -> Engine:
     if config.tp == 1:
         return Engine(config)
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # never NVLink multicast on shared hosts
+    # never NVLink multicast: on shared hosts it can take the GPUs out of service
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
     return TPEngine(config)

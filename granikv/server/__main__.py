@@ -25,21 +25,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=30000, help="port (default: 30000)")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--engine-thread", action="store_true",
+                   help="run the engine on a thread of the server process instead of its own process "
+                        "(debugging; it then shares the GIL with the HTTP side)")
     add_engine_args(p)
     return p.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from granikv.engine.factory import create_engine
     from granikv.server.app import build_app
-    from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
 
     cfg = config_from_args(args)
     log.info("starting engine: %s", cfg)
-    engine = create_engine(cfg)
-    loop = EngineLoop(engine)
-    loop.start()
+    if args.engine_thread:
+        from granikv.engine.factory import create_engine
+        from granikv.server.loop import EngineLoop
+
+        engine = create_engine(cfg)
+        loop = EngineLoop(engine)
+        loop.start()
+    else:
+        from granikv.server.proc import EngineProcess
+
+        engine = None
+        loop = EngineProcess(cfg)
+        await asyncio.to_thread(loop.start)
     app = build_app(loop, TextCodec(cfg.model_path))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -55,7 +66,7 @@ async def serve(args: argparse.Namespace) -> None:
     await runner.cleanup()
     loop.stop()
     close = getattr(engine, "close", None)
-    if close is not None:
+    if close is not None:  # the thread mode's TP engine (the process mode closes it in the child)
         close()
 
 

@@ -65,11 +65,11 @@ def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
 
 class Server:
     def __init__(self, loop: EngineLoop, codec: TextCodec) -> None:
-        self.loop = loop
-        self.engine = loop.engine
+        self.loop = loop  # EngineLoop (engine thread) or EngineProcess (engine process): one interface
         self.codec = codec
-        self.vocab = self.engine.spec.vocab_size
-        self.max_context = self.engine.config.max_context
+        self.vocab = loop.info["vocab_size"]
+        self.max_context = loop.info["max_context"]
+        self.model = loop.info["model"]
         self.started = time.time()
 
     # -- validation -----------------------------------------------------------------------------
@@ -130,7 +130,10 @@ class Server:
         return web.json_response({"status": "ok"})
 
     async def server_info(self, request: web.Request) -> web.Response:
-        return web.json_response(self.engine.stats())
+        try:
+            return web.json_response(await self.loop.stats())
+        except Exception as e:  # noqa: BLE001 - the engine process failed
+            return web.json_response({"error": f"{type(e).__name__}: {e}"}, status=503)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         ok = await self.loop.flush()
@@ -150,25 +153,16 @@ class Server:
                 raise BadRequest(f"steps must be <= {MAX_PROFILE_STEPS}, got {steps}")
         except BadRequest as e:
             return web.json_response({"error": str(e)}, status=400)
-        if getattr(self.engine.device, "type", str(self.engine.device)) != "cuda":
-            return web.json_response({"error": f"profiling needs CUDA; the engine runs on {self.engine.device}"},
-                                     status=400)
-        try:  # the categories are the harness's measurement definition; the repo tree has both
-            from harness.profile import capture
-        except ImportError as e:
-            return web.json_response({"error": f"harness.profile is not importable: {e}"}, status=501)
-        eng = self.engine
-
-        def window(step):
-            before = dict(eng.steps)
-            out = capture(step, steps)
-            out["step_kinds"] = {k: v - before.get(k, 0) for k, v in eng.steps.items() if v - before.get(k, 0)}
-            out["running"] = len(eng.scheduler.running)
-            return out
-
+        if self.loop.info.get("device_type") != "cuda":
+            return web.json_response({"error": f"profiling needs CUDA; the engine runs on "
+                                               f"{self.loop.info.get('device_type')}"}, status=400)
         try:
-            summary = await self.loop.run_exclusive(window)
+            summary = await self.loop.profile(steps)
+        except ImportError as e:  # the categories are the harness's measurement definition
+            return web.json_response({"error": f"harness.profile is not importable: {e}"}, status=501)
         except Exception as e:  # noqa: BLE001 - a failed capture is reported, the server keeps serving
+            if "ModuleNotFoundError" in str(e) or "ImportError" in str(e):
+                return web.json_response({"error": f"harness.profile is not importable: {e}"}, status=501)
             return web.json_response({"error": f"profiling failed: {type(e).__name__}: {e}"}, status=500)
         return web.json_response(summary)
 
@@ -178,12 +172,19 @@ class Server:
                 "cached_tokens": ev.cached_tokens, "finish_reason": fr}
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
+        """SGLang-native /generate. Streamed chunks carry the cumulative text and output ids
+        (SGLang's default, non-incremental streaming). Events that queued up while this handler
+        waited are sent as one chunk, as SGLang's tokenizer manager does when it lags: at B=256
+        the engine produces ~20K tokens/s and a write per token would take the GIL from the
+        engine thread (harness/microbench/server.py measures this). The ids list is kept as
+        serialized JSON text and appended to, so a chunk costs O(new tokens), not O(output)."""
         try:
             g = self._parse_generate(await self._json(request))
         except BadRequest as e:
             return web.json_response({"error": str(e)}, status=400)
         q = self.loop.submit(g.rid, g.input_ids, g.params, g.shared_prefix_len)
         out: list[int] = []
+        ids_json = ""  # ",".join(map(str, out)), grown incrementally
         text = ""
         resp = None
         try:
@@ -192,17 +193,23 @@ class Server:
                                                    "Cache-Control": "no-cache"})
                 await resp.prepare(request)
             while True:
-                ev = await q.get()
+                evs = [await q.get()]
+                while not q.empty() and not (evs[-1].finished or evs[-1].error):
+                    evs.append(q.get_nowait())
+                ev = evs[-1]
+                new = [e.token for e in evs if not e.error]
+                out.extend(new)
                 if ev.error:
                     if resp is None:
                         return web.json_response({"error": ev.error}, status=400)
                     await resp.write(f"data: {json.dumps({'error': ev.error})}\n\n".encode())
                     break
-                out.append(ev.token)
                 if resp is not None:
-                    text = text + self.codec.decode([ev.token]) if self.codec.incremental else self.codec.decode(out)
-                    chunk = {"text": text, "output_ids": out, "meta_info": self._meta(g, ev, len(out))}
-                    await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    text = text + self.codec.decode(new) if self.codec.incremental else self.codec.decode(out)
+                    ids_json += ("," if ids_json and new else "") + ",".join(map(str, new))
+                    chunk = (f'data: {{"text": {json.dumps(text)}, "output_ids": [{ids_json}], '
+                             f'"meta_info": {json.dumps(self._meta(g, ev, len(out)))}}}\n\n')
+                    await resp.write(chunk.encode())
                 if ev.finished:
                     break
             if resp is None:
@@ -244,7 +251,7 @@ class Server:
         rid = "cmpl-" + uuid.uuid4().hex
         q = self.loop.submit(rid, ids, params, body.get("shared_prefix_len")
                              if isinstance(body.get("shared_prefix_len"), int) else None)
-        model = self.engine.spec.name
+        model = self.model
         out: list[int] = []
         resp = None
         try:

@@ -29,7 +29,32 @@ class Event:
     error: str | None = None
 
 
+def engine_info(engine) -> dict:
+    """What the HTTP side needs to know about the engine (validation limits, names)."""
+    dev = getattr(engine, "device", "cpu")
+    return {"vocab_size": engine.spec.vocab_size, "max_context": engine.config.max_context,
+            "model": engine.spec.name, "device_type": getattr(dev, "type", str(dev))}
+
+
+def profile_window(engine, step, steps: int) -> dict:
+    """harness.profile's capture of the engine's next `steps` serving steps, plus the kinds of
+    steps that ran in the window and how many requests were running."""
+    from harness.profile import capture  # the measurement definition lives in the harness
+
+    before = dict(engine.steps)
+    out = capture(step, steps)
+    out["step_kinds"] = {k: v - before.get(k, 0) for k, v in engine.steps.items() if v - before.get(k, 0)}
+    out["running"] = len(engine.scheduler.running)
+    return out
+
+
 class EngineLoop:
+    """The engine on a thread of the server's own process (tests, in-process benchmarks).
+
+    `python -m granikv.server` runs the engine in its own process instead (EngineProcess,
+    proc.py): on a thread here it shares the GIL with the HTTP side, which at B=256 steals
+    milliseconds per step from the engine (harness/microbench/server.py)."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.cmds: queue.Queue = queue.Queue()
@@ -38,8 +63,18 @@ class EngineLoop:
         self.thread = threading.Thread(target=self._run, name="granikv-engine", daemon=True)
         self.fatal: str | None = None
 
+    @property
+    def info(self) -> dict:
+        return engine_info(self.engine)
+
     def start(self) -> None:
         self.thread.start()
+
+    async def stats(self) -> dict:
+        return self.engine.stats()
+
+    async def profile(self, steps: int) -> dict:
+        return await self.run_exclusive(lambda step: profile_window(self.engine, step, steps))
 
     def stop(self, timeout: float = 10.0) -> None:
         self.stop_event.set()

@@ -138,7 +138,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     return rec
 
 
-def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str) -> dict:
+def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str, mode: str = "process") -> dict:
     """Output throughput of one workload file served in-process (Engine.generate) and over HTTP
     (this process serves; the streaming client runs as a separate process, as in a real cell)."""
     import subprocess
@@ -170,9 +170,15 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str)
     del eng
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    eng = Engine(cfg, model=model)
-    loop = EngineLoop(eng)
-    loop.start()
+    if mode == "thread":
+        loop = EngineLoop(Engine(cfg, model=model))
+        loop.start()
+    else:  # what `python -m granikv.server` runs: the engine in its own process (same dummy weights)
+        from granikv.server.proc import EngineProcess
+
+        loop = EngineProcess(cfg)
+        loop.start()
+    out["server_mode"] = mode
     res_path = Path(tempfile.mkdtemp()) / "client.json"
 
     async def go():
@@ -210,6 +216,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hbm-tbps", type=float, default=4.48)
     ap.add_argument("--peak-tflops", type=float, default=779.0)
     ap.add_argument("--http", default="", help="workload .jsonl for the HTTP vs in-process check (granikv)")
+    ap.add_argument("--http-mode", default="process", choices=["process", "thread"],
+                    help="server's engine in its own process (what granikv.server runs) or on a thread")
     ap.add_argument("--out", default="results/h200/engine/steps.json")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run of the script (tiny model)")
     ap.add_argument("--kernel-impl", default="triton")
@@ -245,7 +253,7 @@ def main(argv=None) -> int:
                   f"att {rec['attention']}", flush=True)
     doc = {"env": env_info(), "config": vars(args), "records": records}
     if args.http:
-        doc["http"] = http_vs_inprocess(model, base, "granikv", args.http)
+        doc["http"] = http_vs_inprocess(model, base, "granikv", args.http, args.http_mode)
         h = doc["http"]
         print(f"HTTP {h['http_output_throughput']:.0f} tok/s vs in-process {h['inprocess_output_throughput']:.0f} "
               f"tok/s: {h['http_over_inprocess']:.3f}", flush=True)

@@ -1,0 +1,251 @@
+"""EngineProcess: the engine in its own process, the HTTP server in this one.
+
+Why a process and not a thread: at B=256 a decode step is 11-15 ms on an H200 and the server
+streams ~20K tokens/s. On a thread of the server process the engine shares the GIL with the
+aiohttp side, whose per-chunk work (queues, JSON, socket writes) then delays the engine's own
+scheduling by milliseconds per step: engine_steps' HTTP check measured 0.41 of in-process
+throughput, and harness/microbench/server.py reproduces it on any host. SGLang and vLLM
+separate the two for the same reason.
+
+Protocol (two one-way pipes, so no connection end is used by two threads):
+- commands, parent -> child: ("add", rid, ids, params, hint), ("abort", rid),
+  ("call", call_id, name, arg) for flush / stats / profile, ("stop",);
+- messages, child -> parent: ("ready", info) or ("error", text) once at start, then
+  ("out", items) once per step (items: (rid, token, finished, finish_reason, prompt_tokens,
+  completion_tokens, cached_tokens, error)), ("reply", call_id, ok, value), ("fatal", text).
+The child exits when told to stop or when its command pipe closes (the server died).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import multiprocessing as mp
+import signal
+import threading
+import traceback
+
+from granikv.config import EngineConfig
+from granikv.server.loop import Event, _deliver, _settle, engine_info, profile_window
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------- child side
+
+
+def _items(outs) -> list[tuple]:
+    items = []
+    for o in outs:
+        r = o.req
+        items.append((r.rid, o.token, o.finished, r.finish_reason if o.finished else None, len(r.input_ids),
+                      len(r.output_ids), r.cached_tokens, None))
+    return items
+
+
+def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us through the pipe
+    try:
+        if factory is None:
+            from granikv.engine.factory import create_engine as factory
+
+        engine = factory(cfg)
+    except Exception as e:  # noqa: BLE001 - reported to the server, which exits with it
+        msgs.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    msgs.send(("ready", engine_info(engine)))
+
+    def step() -> bool:
+        if not engine.has_work():
+            return False
+        msgs.send(("out", _items(engine.step())))
+        return True
+
+    def handle(cmd) -> bool:
+        kind = cmd[0]
+        if kind == "add":
+            _, rid, ids, params, hint = cmd
+            try:
+                engine.add_request(ids, params, rid=rid, shared_prefix_len=hint)
+            except ValueError as e:
+                msgs.send(("out", [(rid, None, True, "error", 0, 0, 0, str(e))]))
+        elif kind == "abort":
+            engine.abort(cmd[1])
+        elif kind == "call":
+            _, cid, name, arg = cmd
+            try:
+                if name == "flush":
+                    value = engine.flush_cache()
+                elif name == "stats":
+                    value = engine.stats()
+                elif name == "profile":
+                    value = profile_window(engine, step, arg)
+                else:
+                    raise ValueError(f"unknown call {name!r}")
+                msgs.send(("reply", cid, True, value))
+            except Exception as e:  # noqa: BLE001 - the caller gets the error
+                msgs.send(("reply", cid, False, f"{type(e).__name__}: {e}"))
+        elif kind == "stop":
+            return False
+        return True
+
+    try:
+        running = True
+        while running:
+            if not engine.has_work():
+                cmds.poll(0.5)  # idle: wait for a command
+            while running and cmds.poll(0):
+                running = handle(cmds.recv())
+            if running:
+                step()
+    except EOFError:
+        pass  # the server is gone
+    except Exception:  # noqa: BLE001 - tell the server, then exit
+        try:
+            msgs.send(("fatal", traceback.format_exc()))
+        except OSError:
+            pass
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+
+
+# ----------------------------------------------------------------------------- server side
+
+
+class EngineProcess:
+    """The EngineLoop interface (submit / abort / flush / stats / profile / info / fatal) over
+    an engine running in a child process."""
+
+    def __init__(self, cfg: EngineConfig | None, start_timeout_s: float = 1800.0, factory=None) -> None:
+        """`factory(cfg)` builds the engine in the child (default: granikv's create_engine); it
+        must be picklable (a module-level callable or a functools.partial of one)."""
+        ctx = mp.get_context("spawn")
+        self._cmd_r, self._cmd_w = ctx.Pipe(duplex=False)
+        self._msg_r, self._msg_w = ctx.Pipe(duplex=False)
+        # not a daemon: a TP engine starts worker processes of its own
+        self.proc = ctx.Process(target=_child, args=(cfg, self._cmd_r, self._msg_w, factory), name="granikv-engine")
+        self.start_timeout_s = start_timeout_s
+        self.streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self.calls: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._ids = itertools.count()
+        self._send_lock = threading.Lock()
+        self.fatal: str | None = None
+        self.info: dict = {}
+        self.reader = threading.Thread(target=self._read, name="granikv-engine-reader", daemon=True)
+
+    def start(self) -> None:
+        """Start the engine process and wait until it is ready (blocking: run in a thread)."""
+        self.proc.start()
+        self._cmd_r.close()
+        self._msg_w.close()
+        if not self._msg_r.poll(self.start_timeout_s):
+            self.proc.kill()
+            raise EngineError(f"the engine process did not start within {self.start_timeout_s:.0f}s")
+        try:
+            msg = self._msg_r.recv()
+        except EOFError:
+            self.proc.join(5)
+            raise EngineError(f"the engine process exited during start (exit code {self.proc.exitcode})") from None
+        if msg[0] == "error":
+            self.proc.join(10)
+            raise ValueError(msg[1])
+        self.info = msg[1]
+        self.reader.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.is_alive():
+            try:
+                self._send(("stop",))
+            except OSError:
+                pass
+            self.proc.join(timeout)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+
+    # -- asyncio side ---------------------------------------------------------------------------
+    def _send(self, cmd) -> None:
+        with self._send_lock:
+            self._cmd_w.send(cmd)
+
+    def submit(self, rid: str, input_ids: list[int], params, shared_prefix_len: int | None) -> asyncio.Queue:
+        q: asyncio.Queue = asyncio.Queue()
+        self.streams[rid] = (asyncio.get_running_loop(), q)
+        if self.fatal:
+            q.put_nowait(Event(None, True, "error", error="engine failure"))
+            return q
+        self._send(("add", rid, input_ids, params, shared_prefix_len))
+        return q
+
+    def abort(self, rid: str) -> None:
+        self.streams.pop(rid, None)
+        if not self.fatal:
+            self._send(("abort", rid))
+
+    async def _call(self, name: str, arg=None):
+        if self.fatal:
+            raise EngineError("the engine process failed")
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        cid = next(self._ids)
+        self.calls[cid] = (loop, fut)
+        self._send(("call", cid, name, arg))
+        return await fut
+
+    async def flush(self) -> bool:
+        return await self._call("flush")
+
+    async def stats(self) -> dict:
+        return await self._call("stats")
+
+    async def profile(self, steps: int) -> dict:
+        return await self._call("profile", steps)
+
+    # -- reader thread --------------------------------------------------------------------------
+    def _read(self) -> None:
+        try:
+            while True:
+                msg = self._msg_r.recv()
+                kind = msg[0]
+                if kind == "out":
+                    self._dispatch(msg[1])
+                elif kind == "reply":
+                    _, cid, ok, value = msg
+                    loop, fut = self.calls.pop(cid)
+                    loop.call_soon_threadsafe(_settle, fut, value if ok else None,
+                                              None if ok else EngineError(value))
+                elif kind == "fatal":
+                    self._fail(msg[1])
+                    return
+        except (EOFError, OSError):
+            self._fail(f"the engine process exited (exit code {self.proc.exitcode})")
+
+    def _dispatch(self, items) -> None:
+        batches: dict[int, tuple[asyncio.AbstractEventLoop, list]] = {}
+        for rid, tok, finished, reason, n_in, n_out, cached, error in items:
+            st = self.streams.get(rid)
+            if st is None:
+                continue
+            loop, q = st
+            ev = Event(tok, finished, reason, prompt_tokens=n_in, completion_tokens=n_out, cached_tokens=cached,
+                       error=error)
+            batches.setdefault(id(loop), (loop, []))[1].append((q, ev))
+            if finished:
+                self.streams.pop(rid, None)
+        for loop, evs in batches.values():
+            loop.call_soon_threadsafe(_deliver, evs)
+
+    def _fail(self, why: str) -> None:
+        if self.fatal:
+            return
+        self.fatal = why
+        for rid in list(self.streams):
+            loop, q = self.streams.pop(rid)
+            loop.call_soon_threadsafe(q.put_nowait, Event(None, True, "error", error="engine failure"))
+        for cid in list(self.calls):
+            loop, fut = self.calls.pop(cid)
+            loop.call_soon_threadsafe(_settle, fut, None, EngineError(why))

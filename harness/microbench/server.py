@@ -1,0 +1,211 @@
+"""The HTTP server's own cost: streamed throughput against an engine whose step is a fixed sleep.
+
+Why: at B=256 a GraniKV decode step is ~11-15 ms on an H200, so the server must stream
+~20K tokens/s; the aiohttp side shares the GIL with the engine thread, and any per-token
+Python cost there steals host time from the engine (engine_steps' HTTP-vs-in-process check
+found 0.41 on the H200). This benchmark isolates that cost on any host, CPU included: a
+simulated engine (`SimEngine`, a stand-in, not a model) sleeps `--step-ms` per decode step
+(`--host-ms` of it busy on the host holding the GIL, as the engine's scheduling is, the rest
+with the GIL released, as a CUDA sync is) and returns one token per running request; the
+real EngineLoop, aiohttp app and streaming client (harness.client, its own process) serve
+`--requests` requests at concurrency B. `ratio` = achieved output tokens/s over the engine's
+own rate (B tokens per step): 1.0 means the server adds nothing.
+
+    python -m harness.microbench.server --batch 256 --step-ms 12 --out results/cpu/microbench/server.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.microbench._timing import env_info
+
+
+@dataclass
+class _Req:
+    rid: str
+    n_in: int
+    max_new: int
+    output_ids: list = field(default_factory=list)
+    cached_tokens: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def input_ids(self):
+        return range(self.n_in)
+
+
+@dataclass
+class _Out:
+    req: _Req
+    token: int
+    finished: bool
+
+
+class SimEngine:
+    """Just enough of granikv.engine.Engine for EngineLoop: decode steps that sleep."""
+
+    def __init__(self, step_ms: float, prefill_ms: float = 0.0, max_running: int = 256, host_ms: float = 0.0):
+        from types import SimpleNamespace
+
+        self.step_s = step_ms / 1e3
+        self.prefill_s = prefill_ms / 1e3
+        self.host_s = host_ms / 1e3  # Python work holding the GIL per step (scheduling, bookkeeping)
+        self.max_running = max_running
+        self.spec = SimpleNamespace(vocab_size=32000, name="sim")
+        self.config = SimpleNamespace(max_context=1 << 20)
+        self.waiting: list[_Req] = []
+        self.running: list[_Req] = []
+        self.steps = 0
+
+    def add_request(self, input_ids, params, rid=None, shared_prefix_len=None):
+        r = _Req(rid, len(input_ids), params.max_new_tokens)
+        self.waiting.append(r)
+        return r
+
+    def abort(self, rid):
+        self.waiting = [r for r in self.waiting if r.rid != rid]
+        self.running = [r for r in self.running if r.rid != rid]
+
+    def flush_cache(self):
+        return True
+
+    def has_work(self):
+        return bool(self.waiting or self.running)
+
+    def stats(self):
+        return {"steps": {"decode": self.steps}, "running": len(self.running), "waiting": len(self.waiting)}
+
+    def step(self):
+        outs = []
+        if self.waiting and len(self.running) < self.max_running:
+            n = self.max_running - len(self.running)
+            new, self.waiting = self.waiting[:n], self.waiting[n:]
+            time.sleep(self.prefill_s)
+            self.running += new
+            for r in new:  # the prefill samples the first token
+                r.output_ids.append(7)
+                outs.append(_Out(r, 7, r.max_new == 1))
+        else:
+            t = time.perf_counter()
+            while time.perf_counter() - t < self.host_s:  # the engine's own host work holds the GIL
+                pass
+            time.sleep(max(0.0, self.step_s - self.host_s))
+            self.steps += 1
+            for r in self.running:
+                r.output_ids.append(len(r.output_ids) % 1000)
+                outs.append(_Out(r, r.output_ids[-1], len(r.output_ids) >= r.max_new))
+        for o in outs:
+            if o.finished:
+                o.req.finish_reason = "length"
+        self.running = [r for r in self.running if len(r.output_ids) < r.max_new]
+        return outs
+
+
+async def _stats(loop) -> dict:
+    return await loop.stats()
+
+
+def write_workload(path: Path, n: int, prompt_len: int, output_len: int) -> None:
+    from dataclasses import asdict
+
+    from harness.workloads import FORMAT_VERSION, Request
+
+    with path.open("w") as f:
+        f.write(json.dumps({"granikv_workload": FORMAT_VERSION, "kind": "sim", "num_requests": n}) + "\n")
+        for i in range(n):
+            r = Request(id=f"sim{i}", input_ids=[1 + (i + j) % 1000 for j in range(prompt_len)], prefix_id=None,
+                        shared_prefix_len=0, output_len=output_len, arrival={"process": "burst"})
+            f.write(json.dumps(asdict(r)) + "\n")
+
+
+def _sim_factory(step_ms: float, batch: int, host_ms: float, _cfg) -> SimEngine:
+    return SimEngine(step_ms, max_running=batch, host_ms=host_ms)
+
+
+def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms: float = 3.0,
+            port: int = 30571, mode: str = "process") -> dict:
+    from aiohttp import web
+
+    from granikv.server.app import build_app
+    from granikv.server.loop import EngineLoop
+    from granikv.server.text import TextCodec
+
+    tmp = Path(tempfile.mkdtemp())
+    wl = tmp / "sim.jsonl"
+    write_workload(wl, requests, 16, output_len)
+    res = tmp / "client.json"
+    if mode == "thread":
+        loop = EngineLoop(SimEngine(step_ms, max_running=batch, host_ms=host_ms))
+        loop.start()
+    else:
+        import functools
+
+        from granikv.server.proc import EngineProcess
+
+        loop = EngineProcess(None, factory=functools.partial(_sim_factory, step_ms, batch, host_ms))
+        loop.start()
+
+    async def go():
+        runner = web.AppRunner(build_app(loop, TextCodec()), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
+                "--max-concurrency", str(batch), "--warmup-requests", "0", "--no-progress", "--no-records",
+                "--output", str(res), stdout=subprocess.DEVNULL)
+            await proc.wait()
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(go())
+    decode_steps = asyncio.run(_stats(loop))["steps"]["decode"]
+    loop.stop()
+    m = json.loads(res.read_text())["metrics"]
+    ideal = batch * 1e3 / step_ms
+    return {"mode": mode, "batch": batch, "step_ms": step_ms, "host_ms": host_ms, "requests": requests,
+            "output_len": output_len,
+            "output_throughput": m["output_throughput"], "engine_rate": ideal,
+            "engine_decode_steps": decode_steps, "duration_s": m["duration_s"],
+            "ratio": m["output_throughput"] / ideal, "median_tpot_ms": m.get("median_tpot_ms"),
+            "completed": m["completed"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, nargs="+", default=[256])
+    ap.add_argument("--step-ms", type=float, nargs="+", default=[12.0])
+    ap.add_argument("--output-len", type=int, default=128)
+    ap.add_argument("--host-ms", type=float, default=3.0, help="engine host work per step (holds the GIL)")
+    ap.add_argument("--waves", type=int, default=2, help="requests = waves x batch")
+    ap.add_argument("--mode", nargs="+", default=["thread", "process"],
+                    help="engine on a thread of the server process, or in its own process (the server's default)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    recs = []
+    for mode in args.mode:
+        for b in args.batch:
+            for s in args.step_ms:
+                r = measure(b, s, args.waves * b, args.output_len, args.host_ms, mode=mode)
+                recs.append(r)
+                print(f"{mode:7s} B={b:4d} step {s:5.1f} ms: {r['output_throughput']:8.0f} tok/s of "
+                      f"{r['engine_rate']:8.0f} "
+                      f"= {r['ratio']:.3f}  (TPOT p50 {r['median_tpot_ms']:.1f} ms)", flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"env": env_info(), "config": vars(args), "records": recs}, indent=1))
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
