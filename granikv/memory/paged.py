@@ -25,6 +25,7 @@ class PagedPool:
         self._stack = np.arange(self.end_page - 1, self.first_page - 1, -1, dtype=np.int32)
         self._top = self.num_pages
         self._used = np.zeros(self.num_pages, dtype=bool) if check else None
+        self._P = np.int32(page_size)
 
     @property
     def capacity(self) -> int:
@@ -72,6 +73,18 @@ class PagedPool:
             self._used[idx] = False
         k = pages.size
         self._stack[self._top : self._top + k] = pages
+        self._top += k
+
+    def free_pages_of(self, first_slots: np.ndarray) -> None:
+        """Free the pages whose first slots are `first_slots` (pages = first_slots // P), written
+        straight onto the free stack: no temporary page array."""
+        k = first_slots.size
+        if k == 0:
+            return
+        if self._used is not None:
+            self.free_pages(first_slots // self.page_size)
+            return
+        np.floor_divide(first_slots, self._P, out=self._stack[self._top : self._top + k])
         self._top += k
 
     def alloc(self, n: int) -> np.ndarray | None:

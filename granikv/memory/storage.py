@@ -158,7 +158,10 @@ class Storage:
         if not parts:
             return
         first = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        self.pool.free_pages(first if self.P == 1 else first // self.P)
+        if self.P == 1:
+            self.pool.free_pages(first)  # page id == slot
+        else:
+            self.pool.free_pages_of(first)
 
     def _alloc_pages(self, n: int) -> np.ndarray | None:
         if n == 0:
@@ -401,11 +404,12 @@ class Storage:
         if adm.slab is not None:
             self._hot().release(adm.slab)
             adm.slab = None
-        for blk in adm.retired:
-            blk.readers -= 1
-            if blk.readers == 0:
-                self.pool.free(blk.slots)
-        adm.retired.clear()
+        if adm.retired:
+            for blk in adm.retired:
+                blk.readers -= 1
+                if blk.readers == 0:
+                    self.pool.free(blk.slots)
+            adm.retired.clear()
         adm.done = True
         r = adm.row
         del self.live[r]
