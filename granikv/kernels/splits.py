@@ -86,13 +86,17 @@ def _combine_prefix_kernel(PartO, PartLse, Indptr, Reqs, PrefixLen, O, Lse, num_
                            D: tl.constexpr, S_PAD: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr):
     i = tl.program_id(0)  # index into the classes' request list
     h = tl.program_id(1)
-    c = 0
-    for j in range(1, num_classes):  # class of entry i: how many later classes start at or before i
-        c += (tl.load(Indptr + j) <= i).to(tl.int32)
-    r = tl.load(Reqs + i).to(tl.int64)
-    n = num_splits_for(tl.load(PrefixLen + c), MIN_SPLIT_LEN, max_splits)
-    _fold(PartO, PartLse, O, Lse, r, h, n, s_po_r, s_po_h, s_po_s, s_pl_r, s_pl_h, s_o_r, s_o_h, s_l_r, s_l_h,
-          D, S_PAD)
+    # A CUDA graph launches one program per entry of the bucket-sized request buffer; entries
+    # past the classes' total are padding (request 0) and must not fold anything: they would
+    # rewrite request 0's output with another class's split count, racing with its real fold.
+    if i < tl.load(Indptr + num_classes):
+        c = 0
+        for j in range(1, num_classes):  # class of entry i: how many later classes start at or before i
+            c += (tl.load(Indptr + j) <= i).to(tl.int32)
+        r = tl.load(Reqs + i).to(tl.int64)
+        n = num_splits_for(tl.load(PrefixLen + c), MIN_SPLIT_LEN, max_splits)
+        _fold(PartO, PartLse, O, Lse, r, h, n, s_po_r, s_po_h, s_po_s, s_pl_r, s_pl_h, s_o_r, s_o_h, s_l_r,
+              s_l_h, D, S_PAD)
 
 
 def _strides(ws: SplitWorkspace, out: torch.Tensor, lse: torch.Tensor) -> tuple[int, ...]:

@@ -115,3 +115,25 @@ def test_dense_rejects_pages():
     k_cache, v_cache, classes = _classes("pages", [[0]], [20], 1, 64, torch.float32, g)
     with pytest.raises(ValueError):
         prefix_dense(randn(1, 4, 64, g=g), k_cache, v_cache, classes, 0.1)
+
+
+def test_combine_prefix_ignores_padding_entries_of_a_graph_bucket():
+    """Under a CUDA graph the request list is bucket-sized and padded with 0s: padding entries
+    must not fold request 0 again (with the last class's split count, which differs here)."""
+    from granikv.kernels.splits import SplitWorkspace, combine_prefix
+
+    torch.manual_seed(0)
+    rows, heads, d, max_splits, min_split = 4, 2, 16, 4, 8
+    ws = SplitWorkspace.allocate(rows, heads, max_splits, d, "cpu")
+    ws.o.normal_()
+    ws.lse.normal_()
+    indptr = torch.tensor([0, 2, 3], dtype=torch.int32)  # class 0: requests 0, 1; class 1: request 2
+    prefix_len = torch.tensor([32, 8], dtype=torch.int32)  # 4 splits vs 1 split
+    reqs = torch.tensor([0, 1, 2], dtype=torch.int32)
+    ref_o, ref_lse = torch.zeros(rows, heads, d), torch.zeros(rows, heads)
+    combine_prefix(ws, indptr, reqs, prefix_len, max_splits, min_split, ref_o, ref_lse)
+    padded = torch.tensor([0, 1, 2, 0, 0, 0, 0, 0], dtype=torch.int32)
+    o, lse = torch.zeros(rows, heads, d), torch.zeros(rows, heads)
+    combine_prefix(ws, indptr, padded, prefix_len, max_splits, min_split, o, lse)
+    torch.testing.assert_close(o, ref_o)
+    torch.testing.assert_close(lse, ref_lse)
