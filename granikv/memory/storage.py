@@ -7,9 +7,11 @@ token-level ColdPool over the rest; explicit or promoted shared prefixes go to s
 lending, no promotion, and only HOT prefixes are cached.
 
 The facade keeps a host slot table `table[row, pos]` (int32, `max_running × max_context`) — the
-host mirror of the engine's `req_to_slot` — plus `seq_lens[row]`. Decode growth for a whole batch
-(`grow_batch`) is a handful of numpy operations on these arrays, with no per-request Python work,
-which is what keeps bookkeeping under 100 µs per step for 256 requests.
+host mirror of the engine's `req_to_slot` — plus, per row, the flat table index of its last
+position (`seq_lens` is derived from it). Decode growth for a whole batch (`grow_batch`) is a
+handful of numpy operations on these arrays, with no per-request Python work; an admission costs
+one compare of the prompt against the cached prefix and one write of its private slots (the
+prefix part of a row is rewritten only when it differs from what the row already holds).
 
 Slot ownership (checked by `audit`): every usable slot is free, or owned by exactly one of a radix
 node (HOT nodes: their slab owns the whole range), a request (its private positions), a retired
