@@ -83,6 +83,24 @@ def test_tp2_equals_tp1():
     assert got == ref
 
 
+def test_tp4_equals_tp1_qwen_shape():
+    """TP=4 over gloo (the paper's Qwen-2.5-32B configuration, GQA group 5): four ranks, one KV
+    head each, give the TP=1 tokens."""
+    from granikv.engine.factory import create_engine
+
+    prompts = multi_prefix_prompts(seed=8, prefix_lens=(32, 20), per_prefix=(3, 2))
+    params = SamplingParams(max_new_tokens=8, ignore_eos=True)
+    kw = dict(model="tiny-qwen-tp4", kernel_impl="torch")
+    ids, hints = [p for p, _ in prompts], [lp for _, lp in prompts]
+    ref = Engine(tiny_config("granikv", **kw)).generate(ids, params, shared_prefix_lens=hints)
+    eng = create_engine(tiny_config("granikv", tp=4, **kw))
+    try:
+        got = eng.generate(ids, params, shared_prefix_lens=hints)
+    finally:
+        eng.close()
+    assert got == ref
+
+
 def test_overlap_schedule_matches_synchronous_steps_including_stops():
     """Queuing step N+1 before reading step N changes nothing observable: same tokens, same
     stop points (a stop token found one step late is dropped), same counts."""

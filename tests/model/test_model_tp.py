@@ -72,3 +72,25 @@ def test_tp2_equals_tp1(tmp_path, hf_checkpoint):
             assert a.shape == b.shape == (a.shape[0], case[0].vocab_size)
             err = ((a - b).abs().max() / b.abs().max()).item()
             assert err < TOL, f"{name} step {step}: rel err {err:.2e}"
+
+
+def _worker4(rank: int, world_size: int, init_file: str, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    tp = init_tp(rank, world_size, backend="gloo", init_method=f"file://{init_file}")
+    try:
+        out = run_case(load_spec("tiny-qwen-tp4"), "dummy", None, tp=tp)
+        if rank == 0:
+            torch.save(out, Path(out_dir) / "tp4.pt")
+    finally:
+        destroy_tp(tp)
+
+
+def test_tp4_equals_tp1_qwen_shape(tmp_path):
+    """Four gloo ranks (one KV head each, GQA group 5 as Qwen-2.5-32B at TP=4) give the TP=1 logits."""
+    mp.spawn(_worker4, args=(4, str(tmp_path / "init"), str(tmp_path)), nprocs=4, join=True)
+    tp4 = torch.load(tmp_path / "tp4.pt")
+    tp1 = run_case(load_spec("tiny-qwen-tp4"), "dummy", None)
+    assert len(tp4) == len(tp1) == 1 + DECODE_STEPS
+    for step, (a, b) in enumerate(zip(tp4, tp1)):
+        err = ((a - b).abs().max() / b.abs().max()).item()
+        assert err < TOL, f"step {step}: rel err {err:.2e}"
