@@ -180,6 +180,22 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
             "completed": m["completed"]}
 
 
+def notes_table(path: str) -> str:
+    """Markdown table of a server.json (numbers are read, never typed)."""
+    doc = json.loads(Path(path).read_text())
+    lines = ["| engine | B | step ms (host ms) | served tok/s | engine tok/s | ratio | TPOT p50 ms |",
+             "|---|---|---|---|---|---|---|"]
+    for r in doc["records"]:
+        lines.append(f"| {r['mode']} | {r['batch']} | {r['step_ms']:.0f} ({r['host_ms']:.0f}) | "
+                     f"{r['output_throughput']:.0f} | {r['engine_rate']:.0f} | {r['ratio']:.3f} | "
+                     f"{r['median_tpot_ms']:.1f} |")
+    env = doc["env"]
+    lines.append("")
+    lines.append(f"Measured on {env.get('host')} ({env.get('gpu') or 'CPU'} host, python {env.get('python')}), "
+                 f"git {str(env.get('git_sha'))[:10]}, {env.get('started_at')}.")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, nargs="+", default=[256])
@@ -190,7 +206,11 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", nargs="+", default=["thread", "process"],
                     help="engine on a thread of the server process, or in its own process (the server's default)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--notes", default=None, help="print the Markdown table of an existing server.json and exit")
     args = ap.parse_args(argv)
+    if args.notes:
+        print(notes_table(args.notes))
+        return 0
     recs = []
     for mode in args.mode:
         for b in args.batch:
