@@ -1,0 +1,26 @@
+"""harness.batch: cell lists, the xz carry round trip, the time budget."""
+
+from __future__ import annotations
+
+from harness import batch
+
+
+def test_read_cells_skips_comments_and_blank_lines(tmp_path):
+    f = tmp_path / "cells.txt"
+    f.write_text("# head\n\nsystem=paged lp=512  # trailing\n  system=granikv 'lp=1024'\n")
+    assert batch.read_cells(f) == [["system=paged", "lp=512"], ["system=granikv", "lp=1024"]]
+
+
+def test_prepare_then_unpack_gives_the_same_workload_bytes(tmp_path):
+    cells = [["model=tiny", "workload=burst", "lp=64", "batch=2", "num_prompts=3", "output_len=4",
+              "hardware=cpu", f"workloads_dir={tmp_path / 'wl'}"]]
+    (xz,) = batch.prepare(cells, tmp_path / "carry")
+    original = next((tmp_path / "wl").glob("*.jsonl"))
+    batch.unpack(tmp_path / "carry", tmp_path / "there")
+    assert (tmp_path / "there" / original.name).read_bytes() == original.read_bytes()
+    assert xz.stat().st_size < original.stat().st_size
+
+
+def test_run_starts_no_cell_without_budget(tmp_path):
+    report = batch.run([["system=paged"], ["system=granikv"]], budget_s=10.0, reserve_s=60.0, logs=tmp_path)
+    assert [r["status"] for r in report] == ["not started (budget)"] * 2
