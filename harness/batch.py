@@ -9,9 +9,10 @@ where the ShareGPT package and the tokenizer are installed, and carried there co
     python -m harness.batch prepare scripts/gpu-batches/h200-next.txt --carry .carry/workloads
     # there: unpack them, run every cell whose result file is missing, stop starting new
     # cells once less than --reserve-s of the --budget-s is left, and tar what was written
-    python -m harness.batch run scripts/gpu-batches/h200-next.txt --carry .carry/workloads --budget-s 560 --tar $OUT/results.tar.gz
+    python -m harness.batch run scripts/gpu-batches/h200-next.txt --carry .carry/workloads \
+        --budget-s 560 --tar $OUT/results.tar.gz
 
-cells.txt: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
+A cell list: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
 A cell that fails is reported and the batch goes on; its log is kept in the tarball.
 """
 
