@@ -79,10 +79,29 @@ class ColdPool:
             out = np.concatenate([self._stack[: self._top][::-1], borrowed.astype(np.int32)])
             self._top = 0
         if self._used is not None:
-            own = out[(out >= self.start) & (out < self.end)] - self.start
-            assert not self._used[own].any(), "COLD double allocation"
-            self._used[own] = True
+            self._mark_used(out)
         return out
+
+    def alloc_into(self, dst: np.ndarray) -> bool:
+        """`alloc(len(dst))` written into `dst` (a 1-D int32 view) instead of a new array; False
+        and nothing changes if the slots do not exist."""
+        n = dst.size
+        if n > self._top:  # borrowing from HOT: the general path
+            out = self.alloc(n)
+            if out is None:
+                return False
+            dst[:] = out
+            return True
+        dst[:] = self._stack[self._top - n : self._top][::-1]
+        self._top -= n
+        if self._used is not None:
+            self._mark_used(dst)
+        return True
+
+    def _mark_used(self, out: np.ndarray) -> None:
+        own = out[(out >= self.start) & (out < self.end)] - self.start
+        assert not self._used[own].any(), "COLD double allocation"
+        self._used[own] = True
 
     def free(self, slots: np.ndarray) -> None:
         """Return slots; borrowed HOT slots (below `start`) go back to the lender at once."""

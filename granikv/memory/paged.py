@@ -26,6 +26,7 @@ class PagedPool:
         self._top = self.num_pages
         self._used = np.zeros(self.num_pages, dtype=bool) if check else None
         self._P = np.int32(page_size)
+        self._lane = np.arange(page_size, dtype=np.int32)
 
     @property
     def capacity(self) -> int:
@@ -74,6 +75,25 @@ class PagedPool:
         k = pages.size
         self._stack[self._top : self._top + k] = pages
         self._top += k
+
+    def alloc_into(self, dst: np.ndarray) -> bool:
+        """Allocate len(dst) / P pages (the ones `alloc_pages` would return, in that order) and
+        write their slots into `dst` (a contiguous 1-D int32 view, a whole number of pages);
+        False and nothing changes if there are not that many free pages. Saves the temporary
+        page and slot arrays."""
+        dst = dst.reshape(-1, self.page_size)  # a view: one page per row
+        k = dst.shape[0]
+        if k > self._top:
+            return False
+        pages = self._stack[self._top - k : self._top][::-1]
+        if self._used is not None:
+            idx = pages - self.first_page
+            assert not self._used[idx].any(), "page double allocation"
+            self._used[idx] = True
+        np.multiply(pages[:, None], self._P, out=dst)
+        dst += self._lane
+        self._top -= k
+        return True
 
     def free_pages_of(self, first_slots: np.ndarray) -> None:
         """Free the pages whose first slots are `first_slots` (pages = first_slots // P), written

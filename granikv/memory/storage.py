@@ -260,19 +260,19 @@ class Storage:
         into, and growth writes exactly these slots there."""
         n, P = L - start, self.P
         k = -(-n // P)
-        pages = self._alloc_pages(k)
+        end = start + k * P
+        if end <= self.max_context:  # the pool writes the slots straight into the row
+            dst = self.table[row, start:end]
+            if self.pool.alloc_into(dst):
+                return True
+            if not self._evict_frees_tokens:
+                return False
+            self.evict(k * P - self.pool.available)
+            return self.pool.alloc_into(dst)
+        pages = self._alloc_pages(k)  # the last page reaches past max_context
         if pages is None:
             return False
-        if P == 1:
-            self.table[row, start:L] = pages
-            return True
-        end = start + k * P
-        if end <= self.max_context:
-            dst = self.table[row, start:end].reshape(k, P)
-            np.multiply(pages[:, None], P, out=dst)
-            dst += self._lane
-        else:
-            self.table[row, start:L] = (pages[:, None] * P + self._lane).ravel()[:n]
+        self.table[row, start:L] = (pages[:, None] * P + self._lane).ravel()[:n]
         return True
 
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
