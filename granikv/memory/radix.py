@@ -196,9 +196,12 @@ class RadixCache:
         node, pos = (self.root, 0) if start is None else (start, start_pos)
         now = next(self._clock)
         T = len(tokens)
+        key_at_pos = None  # child key of tokens[pos:] when the walk stopped for want of a child
         while pos < T:
-            child = node.children.get(self._key_at(tokens, pos))
+            k = self._key_at(tokens, pos)
+            child = node.children.get(k)
             if child is None:
+                key_at_pos = k
                 break
             n = self._common_at(child.key, tokens, pos)
             if n == 0:
@@ -221,7 +224,8 @@ class RadixCache:
             new.last_access = now
             if hot:
                 self.hot.add_node_ref(seg.slab)
-            node.children[self._key_at(key, 0)] = new
+            node.children[key_at_pos if key_at_pos is not None else self._key_at(key, 0)] = new
+            key_at_pos = None
             node, pos = new, b
         if pos != T:
             raise ValueError("segments must cover the inserted positions")
