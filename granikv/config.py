@@ -59,6 +59,9 @@ class EngineConfig:
 
     # runner
     cuda_graphs: bool = True
+    # capture the decode graphs of single-prefix steps for every batch bucket when the engine
+    # starts (compiling their Triton variants too), not when a serving run first meets them
+    capture_at_start: bool = True
     overlap_schedule: bool = True  # queue decode step N+1 before reading step N's tokens (greedy)
     graph_batch_sizes: tuple[int, ...] = field(
         default_factory=lambda: (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)

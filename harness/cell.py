@@ -314,6 +314,8 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
                 out.setdefault(f"{phase}{suffix}", value)
     if isinstance(info.get("step_log"), Mapping):  # per-phase step times (which phase cost the time)
         out["step_log"] = info["step_log"]
+    if isinstance(info.get("graphs"), Mapping):  # captures at start vs during the run
+        out["graphs"] = info["graphs"]
     for key in ("running", "waiting"):
         if key in info:
             out[f"{key}_at_end"] = info[key]

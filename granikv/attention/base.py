@@ -60,6 +60,13 @@ class AttentionBackend:
         """Paged decode: every request reads its whole context."""
         return DecodePlan()
 
+    def warm_signatures(self, n: int) -> list[tuple]:
+        """Plan signatures (DecodePlan.signature) of a decode step of n requests that share one
+        long prefix, and of one without prefix passes: what the CUDA graphs are captured for at
+        start-up (DecodeGraphs.capture_ahead), so no capture or Triton compile lands inside a
+        serving run. Paged decode has no prefix pass."""
+        return [()]
+
     def bind(self, batch: StepBatch, meta: DecodeMeta) -> None:
         """Use prebuilt (static, graph-owned) metadata instead of planning."""
         self.batch, self.meta = batch, meta

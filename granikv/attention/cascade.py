@@ -14,7 +14,7 @@ import numpy as np
 
 from granikv.attention.base import AttentionBackend
 from granikv.attention.batch import StepBatch
-from granikv.attention.plan import CASCADE, ClassLists, DecodePlan
+from granikv.attention.plan import CASCADE, ClassLists, DecodePlan, _pow2
 
 
 def common_prefix_len(a: np.ndarray, b: np.ndarray) -> int:
@@ -65,6 +65,9 @@ class CascadeBackend(AttentionBackend):
         self.cascade_steps += 1
         cls = ClassLists(members=[list(range(n))], lens=[common], page_rows=[batch.reqs[0].row])
         return DecodePlan(kv_start=[common] * n, passes={CASCADE: cls})
+
+    def warm_signatures(self, n: int) -> list[tuple]:
+        return [(), ((CASCADE, 1, _pow2(n), False),)] if n >= 2 else [()]
 
     def stats(self) -> dict:
         return {"decode_steps": self.decode_steps, "cascade_steps": self.cascade_steps, "dense_steps": 0,

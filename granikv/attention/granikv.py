@@ -14,7 +14,7 @@ from __future__ import annotations
 from granikv.attention.base import AttentionBackend
 from granikv.attention.batch import StepBatch
 from granikv.attention.dispatch import PLAIN, DispatchCounters, DispatchPolicy
-from granikv.attention.plan import ClassLists, DecodePlan
+from granikv.attention.plan import ClassLists, DecodePlan, _pow2
 
 
 class GraniKVBackend(AttentionBackend):
@@ -48,6 +48,10 @@ class GraniKVBackend(AttentionBackend):
                 kv_start[i] = lp
         self.counters.record(decisions or [PLAIN])
         return DecodePlan(kv_start=kv_start, passes=passes)
+
+    def warm_signatures(self, n: int) -> list[tuple]:
+        kind = self.policy.choose(n, max(self.policy.min_prefix_len, 1 << 20))
+        return [()] if kind == PLAIN else [(), ((kind, 1, _pow2(n), True),)]
 
     def stats(self) -> dict:
         return self.counters.as_dict()

@@ -56,6 +56,11 @@ class Engine:
         self.storage = c.storage
         self.backend = c.backend
         self.runner = c.runner
+        self.graphs_at_start = {"captured": 0, "seconds": 0.0}
+        if self.runner.graphs is not None and config.capture_at_start:
+            t0 = time.perf_counter()
+            n = self.runner.graphs.capture_ahead(self.backend, config.max_running)
+            self.graphs_at_start = {"captured": n, "seconds": round(time.perf_counter() - t0, 3)}
         self.scheduler = Scheduler(
             self.storage, config.max_running, config.max_context, config.chunked_prefill_tokens,
             on_row_assigned=self.runner.write_row,
@@ -224,4 +229,13 @@ class Engine:
             "hot_fallbacks": self.scheduler.hot_fallbacks,
             "storage": self.storage.stats(),
             "attention": self.backend.stats(),
+            "graphs": self._graph_stats(),
         }
+
+    def _graph_stats(self) -> dict:
+        g = self.runner.graphs
+        if g is None:
+            return {"enabled": False}
+        return {"enabled": True, "captures": g.captures, "replays": g.replays,
+                "captured_at_start": self.graphs_at_start["captured"],
+                "capture_at_start_s": self.graphs_at_start["seconds"]}

@@ -73,6 +73,35 @@ class DecodeGraphs:
                                                       for c in plan.passes.values())
 
     # -- capture ----------------------------------------------------------------------------------
+    def ahead_keys(self, backend, max_batch: int) -> list[tuple]:
+        """(bucket, signature) keys a single-prefix serving run meets: for every bucket up to
+        the one holding `max_batch`, the backend's warm signatures at both ends of the batch
+        sizes the bucket takes (the pass kind and padded class size are monotone in n)."""
+        keys: list[tuple] = []
+        lo = 1
+        top = self.bucket_for(max_batch) or self.buckets[-1]
+        for b in self.buckets:
+            if b > top:
+                break
+            for n in (lo, b):
+                for sig in backend.warm_signatures(n):
+                    if (b, sig) not in keys:
+                        keys.append((b, sig))
+            lo = b + 1
+        return keys
+
+    def capture_ahead(self, backend, max_batch: int) -> int:
+        """Capture the graphs of `ahead_keys` now (at engine start, as SGLang captures its
+        graphs at start-up): a capture also compiles the Triton variants its shapes need, and
+        either costs up to seconds when it first happens inside a serving run. Other keys (several
+        prefix classes) are still captured when first met. Returns how many were captured."""
+        n = 0
+        for key in self.ahead_keys(backend, max_batch):
+            if key not in self.graphs:
+                self.graphs[key] = self._capture(*key)
+                n += 1
+        return n
+
     def _layout(self, bucket: int, sig: tuple) -> tuple[list[_PassLayout], int]:
         off = N_BASE * bucket
         passes = []

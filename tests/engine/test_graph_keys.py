@@ -1,0 +1,64 @@
+"""The graphs captured at engine start cover every decode step of a single-prefix run.
+
+`DecodeGraphs.ahead_keys` promises that a serving run whose requests share one long prefix
+never captures a graph (or compiles a Triton variant) mid-run. Host-only check: for every batch
+size up to max_running, the key of the plan each backend actually makes must be among them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from granikv.attention.batch import ReqView, StepBatch
+from granikv.attention.cascade import CascadeBackend
+from granikv.attention.dispatch import DispatchPolicy
+from granikv.attention.granikv import GraniKVBackend
+from granikv.attention.ops import KernelOps
+from granikv.attention.paged import PagedBackend
+from granikv.engine.graphs import DecodeGraphs
+
+BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
+LP = 4096
+
+
+def _backend(system: str, m_sat: int):
+    args = ([], [], None, 32, 8, 128, KernelOps("torch"))
+    if system == "paged":
+        return PagedBackend(*args)
+    if system == "cascade":
+        return CascadeBackend(*args, min_prefix_len=256)
+    return GraniKVBackend(*args, policy=DispatchPolicy(group_size=4, m_sat=m_sat, min_prefix_len=256))
+
+
+def _batch(n: int) -> StepBatch:
+    prefix = np.arange(1, LP + 1, dtype=np.int32)
+    reqs = []
+    for i in range(n):
+        own = np.arange(100_000 + 1000 * i, 100_000 + 1000 * i + 20 + i % 7, dtype=np.int32)
+        slots = np.concatenate([prefix, own])
+        reqs.append(ReqView(row=i, seq_len=len(slots), prefix_len=len(slots) - 1, slab=(1, LP), slots=slots,
+                            key=i))
+    return StepBatch(mode="decode", reqs=reqs, num_tokens=n, out_slots=None, rows=None, prefix_lens=None,
+                     qo_indptr=None, seq_lens=None)
+
+
+@pytest.mark.parametrize("system,m_sat", [("paged", 2048), ("cascade", 2048), ("granikv", 2048),
+                                          ("granikv", 1024), ("granikv", 100)])
+def test_single_prefix_steps_use_graphs_captured_at_start(system, m_sat):
+    backend = _backend(system, m_sat)
+    graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
+    keys = set(graphs.ahead_keys(backend, 512))
+    for n in range(1, 513):
+        sig = backend.plan_decode(_batch(n)).signature()
+        assert (graphs.bucket_for(n), sig) in keys, (n, sig)
+
+
+def test_ahead_keys_stop_at_max_running():
+    backend = _backend("granikv", 2048)
+    graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
+    assert max(b for b, _ in graphs.ahead_keys(backend, 200)) == 256
+    # a lone request takes the plain path; 2..8 requests the cascade pass (2..8 x g < m_sat)
+    assert graphs.ahead_keys(backend, 8) == [
+        (1, ()), (2, ()), (2, (("cascade", 1, 2, True),)), (4, ()), (4, (("cascade", 1, 4, True),)),
+        (8, ()), (8, (("cascade", 1, 8, True),))]
