@@ -13,12 +13,16 @@ merit is host microseconds per decode step, admit/finish amortized over the step
 Also times the single operations on their own (admit, cache_prompt, finish of one request,
 grow_batch of 256 rows, COLD alloc/free of 256 slots, slab alloc/release). Wall clock
 (`time.perf_counter_ns`) and, for the decode step, the thread's CPU time too
-(`time.thread_time_ns`), which a busy shared host inflates less.
+(`time.thread_time_ns`), which a busy shared host inflates less. Each repetition starts after a
+full garbage collection (outside the timing): a finished run's radix tree and admissions are
+reference cycles, and collecting them inside the next repetition's timing made one repetition in
+five an outlier several times slower than the others.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -266,7 +270,10 @@ def main(argv: list[str] | None = None) -> None:
           f"{'µs/step':>8} {'cpu µs/step':>11}  "
           f"(B={BATCH}, Lp={LP}, {NUM_REQUESTS} req × {OUTPUT_LEN} out, {NUM_SLOTS} slots)")
     for system in SYSTEMS:
-        runs = [run_decode(system, seed=42) for _ in range(args.reps)]
+        runs = []
+        for _ in range(args.reps):
+            gc.collect()  # the previous run's garbage is not collected inside this one's timing
+            runs.append(run_decode(system, seed=42))
         best = min(runs, key=lambda r: r["step_us"])  # least disturbed run; all runs are kept below
         print(f"{system:8} {best['steps']:5d} {best['grow_us_median']:13.1f} {best['admit_us_mean']:9.1f} "
               f"{best['finish_us_mean']:9.1f} {best['step_us']:8.1f} {best['step_cpu_us']:11.1f}")
@@ -283,7 +290,11 @@ def main(argv: list[str] | None = None) -> None:
                 {**base, "op": "finish", "us": r["finish_us_mean"], "cpu_us": r["cpu_us"]["finish"]},
             ]
     print("single operations (median µs):")
-    for rec in [r for system in ("paged", "granikv") for r in request_ops(system)] + pool_ops():
+    single = []
+    for system in ("paged", "granikv"):
+        gc.collect()
+        single += request_ops(system)
+    for rec in single + pool_ops():
         print(f"  {rec['op']:20} {rec['system']:8} n={rec['n']:6d} {rec['us']:8.1f}")
         records.append(rec)
     out = Path(args.out)
