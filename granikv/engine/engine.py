@@ -71,7 +71,6 @@ class Engine:
         self.requests: dict[str, Request] = {}
         self.steps = {"extend": 0, "decode": 0}
         self.inflight: Launched | None = None  # a queued decode step whose tokens are not read yet
-        self.step_time = {"extend": 0.0, "decode": 0.0}
         self.step_log = StepLog()
 
     # -- API ----------------------------------------------------------------------------------
@@ -118,9 +117,8 @@ class Engine:
                 return []
             if step.mode == "extend":
                 outs = self._run_extend(step)
-                dt = time.perf_counter() - t0
-                self.step_time["extend"] += dt
-                self.step_log.extend.add(sum(it.end - it.start for it in step.prefill), len(step.prefill), dt)
+                self.step_log.extend.add(sum(it.end - it.start for it in step.prefill), len(step.prefill),
+                                         time.perf_counter() - t0)
                 return outs
             self.inflight = self._launch(step)
         nxt = None
@@ -132,9 +130,7 @@ class Engine:
         outs = self._complete(self.inflight)
         self.inflight = nxt
         self._run_promotions()
-        dt = time.perf_counter() - t0
-        self.step_time["decode"] += dt
-        self.step_log.decode.add(len(outs), len(outs), dt)
+        self.step_log.decode.add(len(outs), len(outs), time.perf_counter() - t0)
         return outs
 
     def _can_overlap(self) -> bool:
@@ -220,7 +216,7 @@ class Engine:
             "config": self.config.to_dict(),
             "model": self.spec.name,
             "steps": dict(self.steps),
-            "step_time_s": dict(self.step_time),
+            "step_time_s": {"extend": self.step_log.extend.total_s, "decode": self.step_log.decode.total_s},
             "step_log": self.step_log.summary(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),

@@ -175,24 +175,28 @@ class EngineLoop:
         return True
 
     def _emit_step(self, outs) -> None:
-        """One wake-up of the asyncio loop per step, not one per request: with 256 streams a
-        call_soon_threadsafe each (a self-pipe write and a lock) costs the engine thread
-        milliseconds per step."""
-        batches: dict[int, tuple[asyncio.AbstractEventLoop, list]] = {}
-        for o in outs:
-            r = o.req
-            st = self.streams.get(r.rid)
-            if st is None:
-                continue
-            loop, q = st
-            ev = Event(o.token, o.finished, r.finish_reason if o.finished else None,
-                       prompt_tokens=len(r.input_ids), completion_tokens=len(r.output_ids),
-                       cached_tokens=r.cached_tokens)
-            batches.setdefault(id(loop), (loop, []))[1].append((q, ev))
-            if o.finished:
-                self.streams.pop(r.rid, None)
-        for loop, items in batches.values():
-            loop.call_soon_threadsafe(_deliver, items)
+        fan_out(self.streams, ((o.req.rid, Event(o.token, o.finished, o.req.finish_reason if o.finished else None,
+                                                 prompt_tokens=len(o.req.input_ids),
+                                                 completion_tokens=len(o.req.output_ids),
+                                                 cached_tokens=o.req.cached_tokens)) for o in outs))
+
+
+def fan_out(streams: dict, events) -> None:
+    """Deliver one step's (rid, Event) pairs to their asyncio queues with one wake-up of each
+    loop per step, not one per request: with 256 streams a call_soon_threadsafe each (a
+    self-pipe write and a lock) costs the calling thread milliseconds per step. A finished
+    request's stream is dropped; events of unknown (aborted) requests are ignored."""
+    batches: dict[int, tuple[asyncio.AbstractEventLoop, list]] = {}
+    for rid, ev in events:
+        st = streams.get(rid)
+        if st is None:
+            continue
+        loop, q = st
+        batches.setdefault(id(loop), (loop, []))[1].append((q, ev))
+        if ev.finished:
+            streams.pop(rid, None)
+    for loop, items in batches.values():
+        loop.call_soon_threadsafe(_deliver, items)
 
 
 def _settle(fut: asyncio.Future, result, error: BaseException | None) -> None:

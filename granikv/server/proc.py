@@ -26,7 +26,7 @@ import threading
 import traceback
 
 from granikv.config import EngineConfig
-from granikv.server.loop import Event, _deliver, _settle, engine_info, profile_window
+from granikv.server.loop import Event, _settle, engine_info, fan_out, profile_window
 
 
 class EngineError(RuntimeError):
@@ -225,19 +225,9 @@ class EngineProcess:
             self._fail(f"the engine process exited (exit code {self.proc.exitcode})")
 
     def _dispatch(self, items) -> None:
-        batches: dict[int, tuple[asyncio.AbstractEventLoop, list]] = {}
-        for rid, tok, finished, reason, n_in, n_out, cached, error in items:
-            st = self.streams.get(rid)
-            if st is None:
-                continue
-            loop, q = st
-            ev = Event(tok, finished, reason, prompt_tokens=n_in, completion_tokens=n_out, cached_tokens=cached,
-                       error=error)
-            batches.setdefault(id(loop), (loop, []))[1].append((q, ev))
-            if finished:
-                self.streams.pop(rid, None)
-        for loop, evs in batches.values():
-            loop.call_soon_threadsafe(_deliver, evs)
+        fan_out(self.streams, ((rid, Event(tok, finished, reason, prompt_tokens=n_in, completion_tokens=n_out,
+                                           cached_tokens=cached, error=error))
+                               for rid, tok, finished, reason, n_in, n_out, cached, error in items))
 
     def _fail(self, why: str) -> None:
         if self.fatal:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 from pathlib import Path
@@ -27,16 +26,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from granikv.engine.tp import _free_port
 from harness.microbench._timing import env_info
 
 DECODE_SHAPES = [(b, h) for h in (4096, 5120) for b in (8, 32, 128, 256, 512)]  # (B, hidden)
 LARGE_BYTES = [1 << 24, 1 << 26, 1 << 28]  # 16 MB .. 256 MB: the link's bandwidth
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _time_allreduce(numel: int, iters: int, warmup: int) -> float:
