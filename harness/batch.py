@@ -12,6 +12,10 @@ where the ShareGPT package and the tokenizer are installed, and carried there co
     python -m harness.batch run scripts/gpu-batches/h200-next.txt --carry .carry/workloads \
         --budget-s 560 --tar $OUT/results.tar.gz
 
+    # here: print the cell lines of a sweep under a profile, filtered, leaving out measured cells
+    python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \
+        --where lp=2048 --where batch=128,512 --missing results/h200
+
 A cell list: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
 A cell that fails is reported and the batch goes on; its log is kept in the tarball.
 """
@@ -39,6 +43,30 @@ def read_cells(path: Path) -> list[list[str]]:
         if line:
             cells.append(shlex.split(line))
     return cells
+
+
+def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | None) -> list[str]:
+    """The Hydra override lines of a sweep's cells under a pipeline profile (the same overrides
+    Snakemake passes), keeping cells whose values match every `key=v1,v2` filter and, with
+    `missing`, only those without a result file under `missing/<sweep>/`."""
+    from harness.sweeps import load_profile, load_sweep, sweep_cells
+
+    prof = load_profile(profile)
+    filters = {}
+    for w in where:
+        key, _, vals = w.partition("=")
+        filters[key] = {v.strip() for v in vals.split(",")}
+    out = []
+    for cell in sweep_cells(load_sweep(sweep), prof):
+        if any(str(cell.values.get(k)) not in vs for k, vs in filters.items()):
+            continue
+        if missing is not None and (missing / sweep / f"{cell.cell_id}.json").exists():
+            continue
+        out.append((tuple(sorted((k, str(v)) for k, v in cell.values.items() if k != "system")),
+                    shlex.join(cell.overrides(prof))))
+    # the systems of one (Lp, B, ...) point back to back: their ratio comes from one run
+    order = {key: i for i, (key, _) in reversed(list(enumerate(out)))}
+    return [line for _, line in sorted(out, key=lambda kv: order[kv[0]])]
 
 
 def compose(overrides: list[str]):
@@ -74,8 +102,10 @@ def unpack(carry: Path, workloads: Path) -> None:
     for xz in sorted(carry.glob("*.jsonl.xz")):
         dst = workloads / xz.name[: -len(".xz")]
         if not dst.exists():
-            with lzma.open(xz, "rb") as src, dst.open("wb") as out:
+            tmp = dst.with_name(f"{dst.name}.{os.getpid()}.tmp")  # lanes may unpack at once
+            with lzma.open(xz, "rb") as src, tmp.open("wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
+            os.replace(tmp, dst)
 
 
 def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -> list[dict]:
@@ -119,7 +149,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--reserve-s", type=float, default=75.0, help="do not start a cell with less time left")
     r.add_argument("--logs", type=Path, default=ROOT / "batch-logs")
     r.add_argument("--tar", type=Path, default=None, help="tar results/ and the logs into this file at the end")
+    u = sub.add_parser("unpack", help="only unpack the carried workloads into workloads/ (on the GPU host)")
+    u.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
+    ln = sub.add_parser("lines", help="print a sweep's cell lines (filtered) for a cell list")
+    ln.add_argument("sweep")
+    ln.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200" / "pipeline.yaml")
+    ln.add_argument("--where", action="append", default=[], help="key=v1,v2 (repeatable)")
+    ln.add_argument("--missing", type=Path, default=None, help="leave out cells with a result under this folder")
     args = ap.parse_args(argv)
+    if args.cmd == "unpack":
+        unpack(args.carry, ROOT / "workloads")
+        return 0
+    if args.cmd == "lines":
+        print("\n".join(sweep_lines(args.sweep, args.profile, args.where, args.missing)))
+        return 0
     cells = read_cells(args.cells)
     if args.cmd == "prepare":
         prepare(cells, args.carry)

@@ -24,3 +24,17 @@ def test_prepare_then_unpack_gives_the_same_workload_bytes(tmp_path):
 def test_run_starts_no_cell_without_budget(tmp_path):
     report = batch.run([["system=paged"], ["system=granikv"]], budget_s=10.0, reserve_s=60.0, logs=tmp_path)
     assert [r["status"] for r in report] == ["not started (budget)"] * 2
+
+
+def test_sweep_lines_filter_group_systems_and_leave_out_measured(tmp_path):
+    profile = batch.ROOT / "profiles" / "h200" / "pipeline.yaml"
+    lines = batch.sweep_lines("table9", profile, ["lp=512,2048", "batch=256"], None)
+    assert len(lines) == 6
+    # the three systems of one (Lp, B) point are adjacent, in the sweep's system order
+    systems = [next(t for t in ln.split() if t.startswith("system=")) for ln in lines]
+    assert systems == ["system=paged", "system=cascade", "system=granikv"] * 2
+    assert all("lp=512 " in ln for ln in lines[:3]) and all("lp=2048 " in ln for ln in lines[3:])
+    (tmp_path / "table9").mkdir()
+    (tmp_path / "table9" / "cascade-llama-3.1-8b-tp1-sharegpt-lp512-b256-k1-r0.json").write_text("{}")
+    left = batch.sweep_lines("table9", profile, ["lp=512", "batch=256"], tmp_path)
+    assert [ln for ln in left if "system=cascade" in ln] == [] and len(left) == 2
