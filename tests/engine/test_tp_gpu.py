@@ -20,6 +20,17 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]
 
 
+@pytest.fixture(autouse=True)
+def _stacks_on_hang():
+    """On the H200 pair this test once hung with no output (pytest-timeout's signal cannot
+    interrupt a main thread blocked inside NCCL or gloo): dump every thread's stack first."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(100, exit=False)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.mark.parametrize("system", ["paged", "cascade", "granikv"])
 def test_tp2_nccl_equals_tp1(system):
     prompts = multi_prefix_prompts(seed=9, prefix_lens=(300, 64), per_prefix=(6, 3))

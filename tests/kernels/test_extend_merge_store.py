@@ -106,6 +106,21 @@ def test_extend_single_request_default_config(d, dtype):
     _extend_case(4, d, [37], [21], dtype, seed=d, cfg=ExtendConfig(block_m=32, block_n=32, num_warps=4))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels need CUDA")
+def test_extend_compiles_one_variant_for_any_number_of_tiles():
+    """Prefill steps meet every TILES value; 1 and multiples of 16 must not each compile a
+    variant (a compile costs seconds inside a serving run)."""
+    from granikv.kernels.extend import _extend_kernel
+
+    cfg = ExtendConfig(block_m=16, block_n=16, num_warps=4, num_stages=2)
+    before = sum(len(c[0]) for c in _extend_kernel.device_caches.values())
+    for new in ([4], [64], [21], [256, 3]):  # TILES = 1, 16, 6, 64 at G=4, BLOCK_M=16
+        _extend_case(4, 64, [5] * len(new), new, torch.bfloat16, seed=len(new), cfg=cfg)
+    after = sum(len(c[0]) for c in _extend_kernel.device_caches.values())
+    assert after - before <= 1
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("form", ["slab", "pages"])
 def test_cascade_plus_suffix_equals_full_decode(form, dtype):
