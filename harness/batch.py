@@ -136,6 +136,21 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -
     return report
 
 
+def tar_new(dst: Path, results: Path, logs: Path, since: float, runs: bool = False) -> None:
+    """Tar the files under `results` written since `since` (and the batch logs) into `dst`. The
+    cells' `<cell-id>.run/` folders (server log, per-request records: megabytes per cell) are
+    left out unless `runs`: a lent machine returns only a few files of limited size."""
+    def new_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if info.isdir():
+            return None if (info.name.endswith(".run") and not runs) else info
+        return info if info.mtime >= since - 1 else None
+
+    with tarfile.open(dst, "w:gz") as tf:
+        tf.add(results, arcname="results", filter=new_only)
+        if logs.exists():
+            tf.add(logs, arcname="batch-logs")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m harness.batch", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -148,7 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--reserve-s", type=float, default=75.0, help="do not start a cell with less time left")
     r.add_argument("--logs", type=Path, default=ROOT / "batch-logs")
-    r.add_argument("--tar", type=Path, default=None, help="tar results/ and the logs into this file at the end")
+    r.add_argument("--tar", type=Path, default=None,
+                   help="tar the new result files and the logs into this file at the end (lent machines "
+                        "return few, small files: the cells' .run folders are left out unless --tar-runs)")
+    r.add_argument("--tar-runs", action="store_true", help="also tar the cells' .run folders")
     u = sub.add_parser("unpack", help="only unpack the carried workloads into workloads/ (on the GPU host)")
     u.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
     ln = sub.add_parser("lines", help="print a sweep's cell lines (filtered) for a cell list")
@@ -171,12 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     report = run(cells, args.budget_s, args.reserve_s, args.logs)
     if args.tar:
-        def new_only(info: tarfile.TarInfo) -> tarfile.TarInfo | None:  # what this batch wrote
-            return info if info.isdir() or info.mtime >= started - 1 else None
-
-        with tarfile.open(args.tar, "w:gz") as tf:
-            tf.add(ROOT / "results", arcname="results", filter=new_only)
-            tf.add(args.logs, arcname="batch-logs")
+        tar_new(args.tar, ROOT / "results", args.logs, started, runs=args.tar_runs)
     failed = [c for c in report if c["status"] not in (0,)]
     print(f"{len(report) - len(failed)}/{len(report)} cells ok", flush=True)
     return 0 if not failed else 1

@@ -299,6 +299,10 @@ def notes_table(path: str) -> str:
         lines.append(f"HTTP vs in-process ({h['system']}, {h.get('workload', 'burst')}, B={h['B']}): "
                      f"{h['http_output_throughput']:.0f} vs {h['inprocess_output_throughput']:.0f} tok/s "
                      f"= {h['http_over_inprocess']:.3f}")
+        if h.get("http_runs"):
+            inproc = ", ".join(f"{x:.0f}" for x in h["inprocess_runs"])
+            http = ", ".join(f"{x:.0f}" for x in h["http_runs"])
+            lines.append(f"(every run, first one cold: in-process {inproc}; HTTP {http} tok/s; the last run counts)")
     env = doc["env"]
     lines.append("")
     lines.append(f"Measured on {env.get('gpu')} (torch {env.get('torch')}, triton {env.get('triton')}), "

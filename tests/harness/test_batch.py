@@ -38,3 +38,28 @@ def test_sweep_lines_filter_group_systems_and_leave_out_measured(tmp_path):
     (tmp_path / "table9" / "cascade-llama-3.1-8b-tp1-sharegpt-lp512-b256-k1-r0.json").write_text("{}")
     left = batch.sweep_lines("table9", profile, ["lp=512", "batch=256"], tmp_path)
     assert [ln for ln in left if "system=cascade" in ln] == [] and len(left) == 2
+
+
+def test_tar_new_keeps_new_results_and_leaves_out_run_folders(tmp_path):
+    import os
+    import tarfile
+    import time
+
+    res = tmp_path / "results" / "h200" / "table9"
+    (res / "cell.run").mkdir(parents=True)
+    (res / "old.json").write_text("{}")
+    os.utime(res / "old.json", (time.time() - 3600, time.time() - 3600))
+    since = time.time()
+    (res / "cell.json").write_text("{}")
+    (res / "cell.run" / "server.log").write_text("x" * 1000)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "cell00.log").write_text("ok")
+    for runs, want_run in ((False, False), (True, True)):
+        dst = tmp_path / f"out-{runs}.tar.gz"
+        batch.tar_new(dst, tmp_path / "results", logs, since, runs=runs)
+        names = set(tarfile.open(dst).getnames())
+        assert "results/h200/table9/cell.json" in names
+        assert "results/h200/table9/old.json" not in names
+        assert "batch-logs/cell00.log" in names
+        assert ("results/h200/table9/cell.run/server.log" in names) == want_run
