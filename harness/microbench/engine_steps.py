@@ -254,7 +254,7 @@ def main(argv=None) -> int:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     base = EngineConfig(model=args.model, device=args.device, kv_budget_gb=args.kv_budget_gb, max_context=17408,
                         m_sat=args.m_sat, chunked_prefill_tokens=8192, kernel_impl=args.kernel_impl,
-                        min_prefix_for_hot=min(256, min(int(c.split("x")[0]) for c in args.cells.split(","))))
+                        min_prefix_for_hot=min([256] + [int(c.split("x")[0]) for c in args.cells.split(",") if c]))
     from granikv.model.spec import load_spec
     from granikv.model.weights import load_model
 
@@ -264,7 +264,7 @@ def main(argv=None) -> int:
     print(f"model {args.model} loaded in {time.perf_counter() - t0:.1f}s", flush=True)
     bw, peak = args.hbm_tbps * 1e12, args.peak_tflops * 1e12
     records = []
-    for cell in args.cells.split(","):
+    for cell in filter(None, args.cells.split(",")):  # --cells "" runs only the HTTP check
         lp, b = (int(x) for x in cell.split("x"))
         for system in args.systems.split(","):
             rec = run_cell(model, base, system, lp, b, args.steps, args.prof_steps, bw, peak)
