@@ -78,15 +78,16 @@ class Engine:
                     rid: str | None = None, shared_prefix_len: int | None = None) -> Request:
         if not input_ids:
             raise ValueError("input_ids must not be empty")
-        bad = [t for t in input_ids if not 0 <= int(t) < self.spec.vocab_size]
-        if bad:
+        ids = list(map(int, input_ids))  # C-level passes: this runs on the engine's step loop
+        if min(ids) < 0 or max(ids) >= self.spec.vocab_size:
+            bad = [t for t in ids if not 0 <= t < self.spec.vocab_size]
             raise ValueError(f"token ids out of range [0, {self.spec.vocab_size}): {bad[:5]}")
         if shared_prefix_len is not None and not 0 <= shared_prefix_len <= len(input_ids):
             raise ValueError("shared_prefix_len must be within the prompt")
         rid = rid or f"r{next(self._ids)}"
         if rid in self.requests:
             raise ValueError(f"duplicate request id {rid!r}")
-        req = Request(rid=rid, input_ids=[int(t) for t in input_ids], params=params or SamplingParams(),
+        req = Request(rid=rid, input_ids=ids, params=params or SamplingParams(),
                       shared_prefix_len=shared_prefix_len, seq=next(self._seq))
         self.scheduler.add(req)
         self.requests[rid] = req

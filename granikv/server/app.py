@@ -97,11 +97,14 @@ class Server:
             raise BadRequest(f"{field} must be a flat list of integers")
         if not ids:
             raise BadRequest(f"{field} must not be empty")
-        for t in ids:
-            if isinstance(t, bool) or not isinstance(t, int):
-                raise BadRequest(f"{field} must contain integers only")
-            if not 0 <= t < self.vocab:
-                raise BadRequest(f"token id {t} is outside the vocabulary [0, {self.vocab})")
+        # C-level passes (type set, min, max): a per-token Python loop costs ~0.1 ms for a 656-token
+        # prompt, and 256 requests arriving at once queue behind it (the admission ramp)
+        if set(map(type, ids)) != {int}:  # exact int: bool and float are rejected
+            raise BadRequest(f"{field} must contain integers only")
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= self.vocab:
+            bad = lo if lo < 0 else hi
+            raise BadRequest(f"token id {bad} is outside the vocabulary [0, {self.vocab})")
         return ids
 
     def _parse_generate(self, body: dict) -> GenerateRequest:

@@ -65,10 +65,12 @@ class SimEngine:
         self.waiting: list[_Req] = []
         self.running: list[_Req] = []
         self.steps = 0
+        self.added_at: list[float] = []  # when each request reached the engine (admission ramp)
 
     def add_request(self, input_ids, params, rid=None, shared_prefix_len=None):
         r = _Req(rid, len(input_ids), params.max_new_tokens)
         self.waiting.append(r)
+        self.added_at.append(time.perf_counter())
         return r
 
     def abort(self, rid):
@@ -82,7 +84,8 @@ class SimEngine:
         return bool(self.waiting or self.running)
 
     def stats(self):
-        return {"steps": {"decode": self.steps}, "running": len(self.running), "waiting": len(self.waiting)}
+        return {"steps": {"decode": self.steps}, "running": len(self.running), "waiting": len(self.waiting),
+                "added_at": list(self.added_at)}
 
     def step(self):
         outs = []
@@ -127,12 +130,16 @@ def write_workload(path: Path, n: int, prompt_len: int, output_len: int) -> None
             f.write(json.dumps(asdict(r)) + "\n")
 
 
-def _sim_factory(step_ms: float, batch: int, host_ms: float, _cfg) -> SimEngine:
-    return SimEngine(step_ms, max_running=batch, host_ms=host_ms)
+def _sim_factory(step_ms: float, batch: int, host_ms: float, prefill_ms: float, _cfg) -> SimEngine:
+    return SimEngine(step_ms, prefill_ms=prefill_ms, max_running=batch, host_ms=host_ms)
 
 
 def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms: float = 3.0,
-            port: int = 30571, mode: str = "process") -> dict:
+            port: int = 30571, mode: str = "process", prompt_len: int = 16, warmup: int = 0,
+            prefill_ms: float = 0.0) -> dict:
+    """`warmup` requests run before the timed burst (at concurrency B, so `warmup >= B` leaves B
+    open keep-alive connections for it); `prefill_ms` is the simulated cost of each admission
+    step, during which no decode runs (prefill first, as the engine schedules)."""
     from aiohttp import web
 
     from granikv.server.app import build_app
@@ -141,17 +148,17 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
 
     tmp = Path(tempfile.mkdtemp())
     wl = tmp / "sim.jsonl"
-    write_workload(wl, requests, 16, output_len)
+    write_workload(wl, requests, prompt_len, output_len)
     res = tmp / "client.json"
     if mode == "thread":
-        loop = EngineLoop(SimEngine(step_ms, max_running=batch, host_ms=host_ms))
+        loop = EngineLoop(SimEngine(step_ms, prefill_ms=prefill_ms, max_running=batch, host_ms=host_ms))
         loop.start()
     else:
         import functools
 
         from granikv.server.proc import EngineProcess
 
-        loop = EngineProcess(None, factory=functools.partial(_sim_factory, step_ms, batch, host_ms))
+        loop = EngineProcess(None, factory=functools.partial(_sim_factory, step_ms, batch, host_ms, prefill_ms))
         loop.start()
 
     async def go():
@@ -161,14 +168,17 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
-                "--max-concurrency", str(batch), "--warmup-requests", "0", "--no-progress", "--no-records",
+                "--max-concurrency", str(batch), "--warmup-requests", str(warmup),
+                "--warmup-output-len", "2", "--no-progress", "--no-records",
                 "--output", str(res), stdout=subprocess.DEVNULL)
             await proc.wait()
         finally:
             await runner.cleanup()
 
     asyncio.run(go())
-    decode_steps = asyncio.run(_stats(loop))["steps"]["decode"]
+    st = asyncio.run(_stats(loop))
+    decode_steps = st["steps"]["decode"]
+    timed = st["added_at"][-requests:]  # the timed burst's arrivals at the engine (after the warm-up)
     loop.stop()
     m = json.loads(res.read_text())["metrics"]
     ideal = batch * 1e3 / step_ms
@@ -177,7 +187,9 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
             "output_throughput": m["output_throughput"], "engine_rate": ideal,
             "engine_decode_steps": decode_steps, "duration_s": m["duration_s"],
             "ratio": m["output_throughput"] / ideal, "median_tpot_ms": m.get("median_tpot_ms"),
-            "completed": m["completed"]}
+            "median_ttft_ms": m.get("median_ttft_ms"), "p99_ttft_ms": m.get("p99_ttft_ms"),
+            "prompt_len": prompt_len, "warmup": warmup, "prefill_ms": prefill_ms,
+            "admission_ramp_s": timed[-1] - timed[0], "completed": m["completed"]}
 
 
 def notes_table(path: str) -> str:
@@ -203,6 +215,10 @@ def main(argv=None) -> int:
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--host-ms", type=float, default=3.0, help="engine host work per step (holds the GIL)")
     ap.add_argument("--waves", type=int, default=2, help="requests = waves x batch")
+    ap.add_argument("--prompt-len", type=int, default=16, help="tokens per prompt (request body size)")
+    ap.add_argument("--warmup", type=int, nargs="+", default=[0],
+                    help="client warm-up requests before the timed run (>= B pre-opens B connections)")
+    ap.add_argument("--prefill-ms", type=float, default=0.0, help="simulated admission (prefill) step")
     ap.add_argument("--mode", nargs="+", default=["thread", "process"],
                     help="engine on a thread of the server process, or in its own process (the server's default)")
     ap.add_argument("--out", default=None)
@@ -215,11 +231,14 @@ def main(argv=None) -> int:
     for mode in args.mode:
         for b in args.batch:
             for s in args.step_ms:
-                r = measure(b, s, args.waves * b, args.output_len, args.host_ms, mode=mode)
-                recs.append(r)
-                print(f"{mode:7s} B={b:4d} step {s:5.1f} ms: {r['output_throughput']:8.0f} tok/s of "
-                      f"{r['engine_rate']:8.0f} "
-                      f"= {r['ratio']:.3f}  (TPOT p50 {r['median_tpot_ms']:.1f} ms)", flush=True)
+                for w in args.warmup:
+                    r = measure(b, s, args.waves * b, args.output_len, args.host_ms, mode=mode,
+                                prompt_len=args.prompt_len, warmup=w, prefill_ms=args.prefill_ms)
+                    recs.append(r)
+                    print(f"{mode:7s} B={b:4d} step {s:5.1f} ms warm-up {w:4d}: {r['output_throughput']:8.0f} "
+                          f"tok/s of {r['engine_rate']:8.0f} = {r['ratio']:.3f}  (TPOT p50 "
+                          f"{r['median_tpot_ms']:.1f} ms, TTFT p50 {r['median_ttft_ms']:.0f} ms, admission "
+                          f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms)", flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"env": env_info(), "config": vars(args), "records": recs}, indent=1))

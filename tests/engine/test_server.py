@@ -176,6 +176,7 @@ BAD = [
     (json.dumps({"input_ids": "abc"}).encode(), "list of integers"),
     (json.dumps({"input_ids": [1, "x"]}).encode(), "integers only"),
     (json.dumps({"input_ids": [1, 2.5]}).encode(), "integers only"),
+    (json.dumps({"input_ids": [1, True]}).encode(), "integers only"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": "fast"}).encode(), "sampling_params"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": {"temperature": -1}}).encode(), "temperature"),
     (json.dumps({"input_ids": [1, 2], "stream": "yes"}).encode(), "stream"),
