@@ -56,17 +56,17 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
     for w in where:
         key, _, vals = w.partition("=")
         filters[key] = {v.strip() for v in vals.split(",")}
-    out = []
+    # grouped by the point without its system, in first-seen order: the systems of one (Lp, B, ...)
+    # point run back to back, so their ratio comes from one run
+    points: dict[tuple, list[str]] = {}
     for cell in sweep_cells(load_sweep(sweep), prof):
         if any(str(cell.values.get(k)) not in vs for k, vs in filters.items()):
             continue
         if missing is not None and (missing / sweep / f"{cell.cell_id}.json").exists():
             continue
-        out.append((tuple(sorted((k, str(v)) for k, v in cell.values.items() if k != "system")),
-                    shlex.join(cell.overrides(prof))))
-    # the systems of one (Lp, B, ...) point back to back: their ratio comes from one run
-    order = {key: i for i, (key, _) in reversed(list(enumerate(out)))}
-    return [line for _, line in sorted(out, key=lambda kv: order[kv[0]])]
+        point = tuple(sorted((k, str(v)) for k, v in cell.values.items() if k != "system"))
+        points.setdefault(point, []).append(shlex.join(cell.overrides(prof)))
+    return [line for lines in points.values() for line in lines]
 
 
 def compose(overrides: list[str]):

@@ -168,8 +168,9 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
     eng.generate(warm, SamplingParams(max_new_tokens=8, ignore_eos=True),
                  shared_prefix_lens=[r.shared_prefix_len for r in reqs[:8]])
     sync()
+    repeats = max(1, repeats)
     runs = []
-    for _ in range(max(1, repeats)):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         eng.generate([r.input_ids for r in reqs], [SamplingParams(max_new_tokens=r.output_len, ignore_eos=True)
                                                    for r in reqs],
@@ -199,7 +200,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 30555).start()
         try:
-            for i in range(max(1, repeats)):
+            for i in range(repeats):
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "harness.client", "--url", "http://127.0.0.1:30555", "--workload",
                     workload, "--max-concurrency", str(b), "--warmup-requests", "8", "--warmup-output-len", "8",
@@ -213,7 +214,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
 
     info = asyncio.run(go())
     loop.stop()
-    runs = [json.loads((tmp / f"client{i}.json").read_text())["metrics"] for i in range(max(1, repeats))]
+    runs = [json.loads((tmp / f"client{i}.json").read_text())["metrics"] for i in range(repeats)]
     metrics = runs[-1]
     out["http_runs"] = [m["output_throughput"] for m in runs]
     out["http_output_throughput"] = metrics["output_throughput"]

@@ -151,7 +151,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     write_workload(wl, requests, prompt_len, output_len)
     res = tmp / "client.json"
     if mode == "thread":
-        loop = EngineLoop(SimEngine(step_ms, prefill_ms=prefill_ms, max_running=batch, host_ms=host_ms))
+        loop = EngineLoop(_sim_factory(step_ms, batch, host_ms, prefill_ms, None))
         loop.start()
     else:
         import functools
