@@ -267,7 +267,16 @@ class PipelineProfile:
 
 
 def load_profile(path: Path | str) -> PipelineProfile:
-    return PipelineProfile.from_dict(yaml.safe_load(Path(path).read_text()))
+    """A pipeline profile from its file, or from a profile's name (`h200` reads
+    profiles/h200/pipeline.yaml), the way Snakemake's `--profile` takes either."""
+    p = Path(path)
+    if not p.exists() and not p.suffix:
+        named = Path(__file__).resolve().parent.parent / "profiles" / str(path) / "pipeline.yaml"
+        if named.exists():
+            p = named
+        else:
+            raise FileNotFoundError(f"no pipeline profile {path!r}: neither a file nor profiles/{path}/pipeline.yaml")
+    return PipelineProfile.from_dict(yaml.safe_load(p.read_text()))
 
 
 # --------------------------------------------------------------------------- the plan

@@ -26,7 +26,7 @@ def _stacks_on_hang():
     interrupt a main thread blocked inside NCCL or gloo): dump every thread's stack first."""
     import faulthandler
 
-    faulthandler.dump_traceback_later(100, exit=False)
+    faulthandler.dump_traceback_later(80, exit=False)
     yield
     faulthandler.cancel_dump_traceback_later()
 
