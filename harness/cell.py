@@ -360,6 +360,8 @@ def launch_spec(cfg: DictConfig, run_dir: Path, max_context: int) -> systems.Lau
                   cwd=str(ROOT), env={str(k): str(v) for k, v in (plain(cfg.hardware.get("env")) or {}).items()})
     if cfg.system.kind == "engine":
         argv = systems.engine_command(engine_args(cfg, max_context), host, port, module=cfg.server.module)
+        if cfg.server.get("incremental_streaming_output"):
+            argv.append("--incremental-streaming-output")
         return systems.LaunchSpec(name=cfg.system.name, argv=tuple(argv), **common)
     if cfg.system.kind == "external":
         systems.require_module(cfg.system.name, cfg.system.module)

@@ -72,6 +72,18 @@ class DecodeGraphs:
         return self.bucket_for(n) is not None and all(len(c.members) <= self.max_classes
                                                       for c in plan.passes.values())
 
+    def release(self) -> None:
+        """Destroy every captured graph. Needed before a TP engine destroys its NCCL process
+        group: each graph that captured an all-reduce holds a reference on the communicator, and
+        NCCL's teardown waits for those references to drop (pytorch/pytorch#115388), so
+        `destroy_process_group()` with live graphs hangs."""
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        for g in self.graphs.values():
+            g.graph.reset()
+        self.graphs.clear()
+        self.pool = None
+
     # -- capture ----------------------------------------------------------------------------------
     def ahead_keys(self, backend, max_batch: int) -> list[tuple]:
         """(bucket, signature) keys a single-prefix serving run meets: for every bucket up to

@@ -10,8 +10,11 @@ ranks schedule the same batches without shipping tensors or slot tables around.
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import socket
+import threading
 
 import torch
 import torch.distributed as dist
@@ -20,6 +23,8 @@ import torch.multiprocessing as mp
 from granikv.config import EngineConfig
 from granikv.dist import TPGroup
 from granikv.engine.engine import Engine
+
+log = logging.getLogger(__name__)
 
 
 def _free_port() -> int:
@@ -67,7 +72,22 @@ def _worker(rank: int, world: int, port: int, cfg: EngineConfig) -> None:
             break
         if engine.has_work():
             engine.step()
-    dist.destroy_process_group()
+    _teardown(engine)
+
+
+def _teardown(engine: Engine, timeout_s: float = 60.0) -> bool:
+    """Destroy this rank's process groups. The CUDA graphs go first (they hold references on
+    the NCCL communicator that its teardown waits for), then `destroy_process_group`, which is
+    collective for NCCL: every rank calls it at the same point (after the "stop" command). It
+    runs in a daemon thread with a deadline, so a peer that died cannot hang the caller.
+    Returns whether it finished."""
+    if engine.runner.graphs is not None:
+        engine.runner.graphs.release()
+    gc.collect()
+    t = threading.Thread(target=dist.destroy_process_group, daemon=True, name="tp-teardown")
+    t.start()
+    t.join(timeout_s)
+    return not t.is_alive()
 
 
 class TPEngine(Engine):
@@ -115,9 +135,12 @@ class TPEngine(Engine):
             return
         self._closed = True
         self._sync([("stop",)])
+        if not _teardown(self):
+            log.warning("TP teardown: destroy_process_group did not finish in time; terminating workers")
         for p in self._procs:
             p.join(timeout=30)
-        dist.destroy_process_group()
+            if p.is_alive():
+                p.terminate()
 
 
 def create_engine(config: EngineConfig) -> Engine:

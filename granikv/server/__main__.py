@@ -28,6 +28,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--engine-thread", action="store_true",
                    help="run the engine on a thread of the server process instead of its own process "
                         "(debugging; it then shares the GIL with the HTTP side)")
+    p.add_argument("--incremental-streaming-output", action="store_true",
+                   help="streamed /generate chunks carry only the new text and output_ids (as SGLang's flag of "
+                        "this name); default: everything generated so far, SGLang's default")
     add_engine_args(p)
     return p.parse_args(argv)
 
@@ -51,7 +54,7 @@ async def serve(args: argparse.Namespace) -> None:
         engine = None
         loop = EngineProcess(cfg)
         await asyncio.to_thread(loop.start)
-    app = build_app(loop, TextCodec(cfg.model_path))
+    app = build_app(loop, TextCodec(cfg.model_path), args.incremental_streaming_output)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, args.host, args.port)

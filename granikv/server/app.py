@@ -64,9 +64,14 @@ def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
 
 
 class Server:
-    def __init__(self, loop: EngineLoop, codec: TextCodec) -> None:
+    def __init__(self, loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False) -> None:
         self.loop = loop  # EngineLoop (engine thread) or EngineProcess (engine process): one interface
         self.codec = codec
+        # SGLang's server flag of the same name: streamed /generate chunks carry only the new text
+        # and ids instead of everything so far (the default, as SGLang's), whose bytes grow with
+        # the square of the output length: 6 MB per 1024-token request, which the client must
+        # parse (perf-notes, "HTTP check at 1024 output tokens")
+        self.incremental = incremental_streaming_output
         self.vocab = loop.info["vocab_size"]
         self.max_context = loop.info["max_context"]
         self.model = loop.info["model"]
@@ -176,7 +181,8 @@ class Server:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         """SGLang-native /generate. Streamed chunks carry the cumulative text and output ids
-        (SGLang's default, non-incremental streaming). Events that queued up while this handler
+        (SGLang's default, non-incremental streaming), or with `incremental_streaming_output`
+        only what is new since the previous chunk. Events that queued up while this handler
         waited are sent as one chunk, as SGLang's tokenizer manager does when it lags: at B=256
         the engine produces ~20K tokens/s and a write per token would take the GIL from the
         engine thread (harness/microbench/server.py measures this). The ids list is kept as
@@ -189,6 +195,7 @@ class Server:
         out: list[int] = []
         ids_json = ""  # ",".join(map(str, out)), grown incrementally
         text = ""
+        sent = 0  # characters of text already streamed (incremental mode, whole-sequence codec)
         resp = None
         try:
             if g.stream:
@@ -207,9 +214,17 @@ class Server:
                         return web.json_response({"error": ev.error}, status=400)
                     await resp.write(f"data: {json.dumps({'error': ev.error})}\n\n".encode())
                     break
-                if resp is not None:
+                if resp is not None and self.incremental:
+                    if self.codec.incremental:
+                        text = self.codec.decode(new)
+                    else:  # a tokenizer whose pieces depend on context: cut the new part off the whole
+                        full = self.codec.decode(out)
+                        text, sent = full[sent:], len(full)
+                    ids_json = ",".join(map(str, new))
+                elif resp is not None:
                     text = text + self.codec.decode(new) if self.codec.incremental else self.codec.decode(out)
                     ids_json += ("," if ids_json and new else "") + ",".join(map(str, new))
+                if resp is not None:
                     chunk = (f'data: {{"text": {json.dumps(text)}, "output_ids": [{ids_json}], '
                              f'"meta_info": {json.dumps(self._meta(g, ev, len(out)))}}}\n\n')
                     await resp.write(chunk.encode())
@@ -288,8 +303,8 @@ class Server:
             raise
 
 
-def build_app(loop: EngineLoop, codec: TextCodec) -> web.Application:
-    s = Server(loop, codec)
+def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False) -> web.Application:
+    s = Server(loop, codec, incremental_streaming_output)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_get("/health", s.health)
     app.router.add_get("/health_generate", s.health)

@@ -140,7 +140,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
 
 
 def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str, mode: str = "process",
-                      repeats: int = 2) -> dict:
+                      repeats: int = 2, incremental: bool = False) -> dict:
     """Output throughput of one workload file served in-process (Engine.generate) and over HTTP
     (this process serves; the streaming client runs as a separate process, as in a real cell).
 
@@ -191,12 +191,13 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
         loop = EngineProcess(cfg)
         loop.start()
     out["server_mode"] = mode
+    out["incremental_streaming_output"] = incremental
     tmp = Path(tempfile.mkdtemp())
 
     async def go() -> dict:
         import aiohttp
 
-        runner = web.AppRunner(build_app(loop, TextCodec()), access_log=None)
+        runner = web.AppRunner(build_app(loop, TextCodec(), incremental_streaming_output=incremental), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 30555).start()
         try:
@@ -238,6 +239,10 @@ def main(argv=None) -> int:
     ap.add_argument("--http", default="", help="workload .jsonl for the HTTP vs in-process check (granikv)")
     ap.add_argument("--http-mode", default="process", choices=["process", "thread"],
                     help="server's engine in its own process (what granikv.server runs) or on a thread")
+    ap.add_argument("--http-streaming", default="cumulative", choices=["cumulative", "incremental"],
+                    help="the server's /generate chunks: everything so far (SGLang's default) or only what is "
+                         "new (--incremental-streaming-output); the client's parse cost of the former grows "
+                         "with the square of the output length")
     ap.add_argument("--http-repeats", type=int, default=2,
                     help="serve the burst this many times on each side; the last run counts (warm engine)")
     ap.add_argument("--out", default="results/h200/engine/steps.json")
@@ -275,7 +280,8 @@ def main(argv=None) -> int:
                   f"att {rec['attention']}", flush=True)
     doc = {"env": env_info(), "config": vars(args), "records": records}
     if args.http:
-        doc["http"] = http_vs_inprocess(model, base, "granikv", args.http, args.http_mode, args.http_repeats)
+        doc["http"] = http_vs_inprocess(model, base, "granikv", args.http, args.http_mode, args.http_repeats,
+                                        incremental=args.http_streaming == "incremental")
         h = doc["http"]
         print(f"HTTP {h['http_output_throughput']:.0f} tok/s vs in-process {h['inprocess_output_throughput']:.0f} "
               f"tok/s: {h['http_over_inprocess']:.3f}", flush=True)

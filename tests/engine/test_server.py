@@ -29,10 +29,17 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def server():
+def engine_loop():
     engine = Engine(tiny_config("granikv", kernel_impl="torch", max_running=48, max_context=256))
     loop = EngineLoop(engine)
     loop.start()
+    yield loop
+    loop.stop()
+
+
+@pytest.fixture(scope="module")
+def server(engine_loop):
+    loop, engine = engine_loop, engine_loop.engine
     port = _free_port()
     ready = threading.Event()
     state = {}
@@ -54,7 +61,6 @@ def server():
     yield f"http://127.0.0.1:{port}", engine
     state["loop"].call_soon_threadsafe(state["loop"].stop)
     t.join(10)
-    loop.stop()
 
 
 def run(coro):
@@ -327,3 +333,58 @@ def test_engine_process_reports_a_bad_config_at_start():
     with pytest.raises(ValueError):
         handle.start()
     handle.stop()
+
+
+class _JoinCodec(TextCodec):
+    """A codec whose pieces depend on context (like a real tokenizer's): ids joined by commas."""
+
+    @property
+    def incremental(self) -> bool:
+        return False
+
+    def decode(self, ids):
+        return ",".join(map(str, ids))
+
+
+@pytest.mark.parametrize("codec", [TextCodec(), _JoinCodec()], ids=["piecewise", "whole-sequence"])
+def test_incremental_streaming_output_sends_only_new_text_and_ids(engine_loop, codec):
+    """With SGLang's --incremental-streaming-output, the chunks' ids and text concatenate to the
+    whole output (the default mode's chunks each carry everything so far)."""
+    port = _free_port()
+    app_state = {}
+    ready = threading.Event()
+
+    def serve():
+        aloop = asyncio.new_event_loop()
+        app_state["loop"] = aloop
+        runner = web.AppRunner(build_app(engine_loop, codec, incremental_streaming_output=True))
+        aloop.run_until_complete(runner.setup())
+        aloop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        ready.set()
+        aloop.run_forever()
+        aloop.run_until_complete(runner.cleanup())
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    assert ready.wait(30)
+    url = f"http://127.0.0.1:{port}"
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            sp = {"max_new_tokens": 40, "ignore_eos": True, "temperature": 0.0}
+            ev = await _stream(s, url, {"input_ids": list(range(3, 50)), "stream": True, "sampling_params": sp})
+            async with s.post(url + "/generate", json={"input_ids": list(range(3, 50)), "sampling_params": sp}) as r:
+                whole = await r.json()
+            return ev, whole
+
+    try:
+        ev, whole = run(go())
+    finally:
+        app_state["loop"].call_soon_threadsafe(app_state["loop"].stop)
+        t.join(10)
+    chunks = ev[:-1]
+    assert ev[-1] == "[DONE]" and len(chunks) >= 2
+    ids = [i for c in chunks for i in c["output_ids"]]
+    assert ids == whole["output_ids"] and len(ids) == 40
+    assert "".join(c["text"] for c in chunks) == codec.decode(ids)
+    assert [c["meta_info"]["completion_tokens"] for c in chunks][-1] == 40
