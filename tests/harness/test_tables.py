@@ -344,3 +344,17 @@ def test_roofline_ceilings_from_hardware_conf(tmp_path):
     assert math.isclose(plots.load_ceilings("none", tmp_path).peak_tflops or 0.0, 0.0)
     (tmp_path / "cpu.yaml").write_text("peak_bf16_tflops: null\nhbm_read_tbps: null\n")  # null = absent
     assert plots.load_ceilings("cpu", tmp_path, peak_tflops=5.0).peak_tflops == 5.0
+
+
+def test_paged_alpha_is_its_attention_time_times_the_prefix_share_of_the_context():
+    """A paged profile has no prefix kernel (prefix_attention_ms = 0): α is derived from its one
+    attention kernel's time and the prefix's share of a decoding request's mean context."""
+    import pandas as pd
+
+    prof = pd.DataFrame([{"variant": "paged", "system": "paged", "profile.decode_attention_ms": 80.0,
+                          "metrics.completed": 10, "metrics.total_input_tokens": 10 * 1500,
+                          "metrics.total_output_tokens": 10 * 1000}])
+    # mean context = 1500 + 1000 / 2 = 2000 tokens, 1000 of them prefix: half the attention time
+    assert tables._paged_prefix_share(prof, 100.0, 1000) == pytest.approx(0.4)
+    assert tables._paged_prefix_share(prof, 100.0, 10**6) == pytest.approx(0.8)  # capped at all of it
+    assert tables._paged_prefix_share(prof.iloc[0:0], 100.0, 1000) is None
