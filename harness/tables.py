@@ -53,8 +53,9 @@ means. Cells are matched on config keys only (`model`, `tp`, `lp`, `batch`, `k`,
   granikv cell's `engine.hot_slab_tokens` / 1000 when the engine reports it.
 - 22 (Amdahl): `table22`: the paged cell at Lp=16K, B=256 with a `"profile"` section; α =
   prefix_attention_ms / decode_wall_ms (paged has no prefix kernel: its decode_attention_ms ×
-  Lp / mean context, the context being prompt + half the output from the cell's metrics), β = nccl_ms / decode_wall_ms, γ = host_gap_ms /
-  decode_wall_ms. s is *our* Table 5 speedup (the column keeps the paper's label "s=15.6");
+  Lp / mean context, the context being prompt + half the output from the cell's metrics),
+  β = nccl_ms / decode_wall_ms, γ = host_gap_ms / decode_wall_ms. s is *our* Table 5 speedup
+  (the column keeps the paper's label "s=15.6");
   S(s) = 1/((1−α′) + α′/s) with α′ = α/(1−γ) (the kernel-time share, as the paper's numbers
   imply); S(+β,γ) = 1/((1−α−β−γ) + α/s + β + γ); measured = GKV/SGL output throughput from
   `table22`, else `table3`, `table9/10/11`; s_eff solves measured = 1/((1−α) + α/s_eff).

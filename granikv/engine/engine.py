@@ -41,15 +41,17 @@ def resolve_dtype(cfg: EngineConfig, device: torch.device) -> torch.dtype:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, tp_group=None, model=None) -> None:
+    def __init__(self, config: EngineConfig, tp_group=None, model=None, components=None) -> None:
         """`model`: an already loaded CausalLM to reuse (benchmarks comparing systems on one
-        set of weights); built from the config when None."""
+        set of weights); built from the config when None. `components`: prebuilt `Components`
+        (the CPU replay's model-free runner over the real storage and scheduler); when given,
+        nothing is built from the config."""
         from granikv.engine.builder import build_components
 
         self.config = config
         self.device = resolve_device(config)
         self.dtype = resolve_dtype(config, self.device)
-        c = build_components(config, self.device, self.dtype, tp_group, model=model)
+        c = components or build_components(config, self.device, self.dtype, tp_group, model=model)
         self.spec = c.spec
         self.model = c.model
         self.kv = c.kv
