@@ -1,15 +1,20 @@
 #!/bin/bash
-# One H200 (nvidia-h200, or GPU 0 of a pair), ~8 min: what session 3 could not verify.
-# 1. the extend kernel compiles one variant for any TILES (4c6f322) and the kernel/engine GPU tests;
-# 2. the TP=2 NCCL test, with stack dumps if it hangs again (needs two GPUs; skipped on one);
-# 3. the HTTP-vs-in-process check on a steady burst (1024 output tokens; the 128-token burst is
-#    dominated by the ~0.2 s admission ramp, perf-notes v4).
+# nvidia-h200-x2, ~7 min: what session 4 could not verify.
+# 1. the TP=2 NCCL test (both GPUs), now that TP teardown releases CUDA graphs before
+#    destroy_process_group (session 4's hang: results/h200/engine/tp-test-hang-5186aa6.log);
+# 2. the HTTP-vs-in-process check on the 1024-token burst with incremental chunks, then with
+#    SGLang's default cumulative chunks (perf-notes v5), on GPU 0 with nothing else running;
+# 3. the k=64 cell point again if the storage-policy fix has landed (s4-lane0.txt skips it
+#    unless its result files are moved to results/h200/history first).
 source scripts/gpu-batches/device-env.sh
-timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests --ignore tests/engine/test_tp_gpu.py -n 4 \
-    --timeout 150 -rf > "$OUT/gpu-tests.log" 2>&1
-timeout 130 python -m pytest -q -s -p no:cacheprovider tests/engine/test_tp_gpu.py -k paged --timeout 120 \
+timeout 150 python -m pytest -q -s -p no:cacheprovider tests/engine/test_tp_gpu.py --timeout 140 \
     --timeout-method thread -rf > "$OUT/tp-test.log" 2>&1
-timeout 240 python -m harness.microbench.engine_steps --cells "" --http workloads/http-check-lp512-n256-o1024.jsonl \
-    --out results/h200/engine/http-steady.json > "$OUT/http.log" 2>&1
-cp results/h200/engine/http-steady.json "$OUT/" 2>/dev/null
-tail -3 "$OUT/gpu-tests.log" "$OUT/tp-test.log" "$OUT/http.log"
+pkill -f multiprocessing.spawn 2>/dev/null
+for mode in incremental cumulative; do
+  CUDA_VISIBLE_DEVICES=0 timeout 200 python -m harness.microbench.engine_steps --cells "" \
+      --http workloads/http-check-lp512-n256-o1024.jsonl --http-streaming $mode \
+      --out results/h200/engine/http-steady-$mode.json > "$OUT/http-$mode.log" 2>&1
+  cp results/h200/engine/http-steady-$mode.json "$OUT/" 2>/dev/null
+done
+rm -f "$OUT/nvidia-smi.txt"
+tail -3 "$OUT/tp-test.log" "$OUT"/http-*.log
