@@ -11,6 +11,16 @@ CUDA events (after warm-up); the record has the median per-call time, the algori
 carries). `peak_busbw_GBps` is the best bus bandwidth over the large sizes.
 
     python -m harness.microbench.allreduce --world 2 --out results/h200/microbench/allreduce-tp2.json
+
+`--engine-cell <TP cell result with a profile section>` (no GPU needed) sets the engine's decode
+all-reduces beside these: per call, from the profiled window's `nccl_ms` / NCCL kernel count (every
+NCCL kernel of the window: two all-reduces per layer plus the logits' all-gather),
+against (a) the message's bytes over the peak bus bandwidth (the bar as issue 7 words it) and
+(b) the isolated per-call time measured here at that message size (the floor including NCCL's
+launch and synchronization latency, which dominates at decode sizes).
+
+    python -m harness.microbench.allreduce --engine-cell results/h200/table22/paged-qwen2.5-14b-tp2-...json \
+        --measured results/h200/microbench/allreduce-tp2.json --out results/h200/microbench/allreduce-in-engine.json
 """
 
 from __future__ import annotations
@@ -71,12 +81,55 @@ def _worker(rank: int, world: int, port: int, iters: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def engine_vs_isolated(cell: dict, measured: dict) -> dict:
+    """The engine's decode all-reduce per call vs the two floors (see the module docstring).
+
+    The message is B x hidden bf16 (the row-parallel output of a decode step of the cell's batch,
+    `profile.running` requests); the isolated time is the measured record of the same hidden size
+    whose B is nearest."""
+    from granikv.model.spec import load_spec
+
+    prof = cell["profile"]
+    calls = int(prof["kernel_counts"].get("nccl", 0))
+    if not calls:
+        raise ValueError("the cell's profile has no NCCL kernels (not a TP cell?)")
+    spec = load_spec(cell["config"]["model"])
+    b = int(prof.get("running") or cell["config"]["batch"])
+    nbytes = b * spec.hidden_size * 2
+    per_call_us = prof["nccl_ms"] * 1e3 / calls
+    same = [r for r in measured["records"] if r["kind"] == "decode" and r["hidden"] == spec.hidden_size]
+    if not same:
+        raise ValueError(f"no isolated record for hidden={spec.hidden_size}")
+    iso = min(same, key=lambda r: abs(r["B"] - b))
+    bw_us = nbytes / (measured["peak_busbw_GBps"] * 1e9) * 1e6
+    return {"model": spec.name, "tp": cell["config"]["tp"],
+            "B": b, "message_bytes": nbytes, "calls_per_step": calls / max(1, int(prof["steps"])),
+            "engine_us_per_call": per_call_us, "bytes_over_peak_busbw_us": bw_us,
+            "isolated_us_per_call": iso["us"], "isolated_B": iso["B"],
+            "engine_over_bytes_floor": per_call_us / bw_us, "engine_over_isolated": per_call_us / iso["us"],
+            "nccl_share_of_step": prof["nccl_ms"] / prof["decode_wall_ms"]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--out", default="results/h200/microbench/allreduce-tp2.json")
+    ap.add_argument("--engine-cell", default=None, help="a TP cell's result file with a profile section")
+    ap.add_argument("--measured", default="results/h200/microbench/allreduce-tp2.json",
+                    help="this benchmark's isolated measurement (with --engine-cell)")
     args = ap.parse_args(argv)
+    if args.engine_cell:
+        cell = json.loads(Path(args.engine_cell).read_text())
+        rec = engine_vs_isolated(cell, json.loads(Path(args.measured).read_text()))
+        doc = {"env": env_info(), "engine_cell": args.engine_cell, "measured": args.measured,
+               "cell_git_sha": cell.get("env", {}).get("git_sha"), "record": rec}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+        print(f"engine all-reduce {rec['engine_us_per_call']:.1f} us/call ({rec['message_bytes'] / 1e6:.2f} MB): "
+              f"{rec['engine_over_bytes_floor']:.2f}x bytes/peak-bandwidth ({rec['bytes_over_peak_busbw_us']:.1f} us), "
+              f"{rec['engine_over_isolated']:.2f}x isolated ({rec['isolated_us_per_call']:.1f} us) -> {args.out}")
+        return 0
     if torch.cuda.device_count() < args.world:
         print(f"needs {args.world} GPUs, {torch.cuda.device_count()} visible", file=sys.stderr)
         return 2
