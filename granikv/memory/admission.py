@@ -4,9 +4,13 @@ Two ways into HOT:
 - explicit: a request names its shared prefix (`shared_prefix_len`); if that prefix is not cached
   the storage policy allocates a slab for it at admission and the prefill writes it there;
 - promotion: a COLD prefix (a radix path root..node) read by >= `promote_min_refs` live requests
-  and at least `min_prefix_for_hot` tokens long is copied once into a slab. The paper keeps COLD
-  prefixes in COLD (B.10 "no promotion"); promotion is the hotness-aware refinement its
-  Limitations name, off when `promote_min_refs` is 0.
+  and at least `min_prefix_for_hot` tokens long is copied once into a slab of free HOT space. The
+  paper keeps COLD prefixes in COLD (B.10 "no promotion"); promotion is the hotness-aware
+  refinement its Limitations name, off when `promote_min_refs` is 0.
+
+Neither way destroys cached KV that LRU eviction would keep: a promotion never evicts a cached
+slab, and an explicit prefix evicts only cached slabs in the cache's LRU tail (`alloc_slab`).
+When the slabs cannot hold the working set of prefixes, the rest are served from COLD.
 
 This module only decides and keeps the books. The engine performs the copy from a returned
 `PromotionPlan` (src COLD slots -> dst slab range, every layer) and then commits it; the commit
@@ -17,6 +21,7 @@ reading them through their slot tables, so those slots are freed only when the l
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +71,33 @@ def hot_run(radix: RadixCache, match: Match) -> tuple[int, Slab | None]:
     return run, slab
 
 
+def lru_tail_slabs(radix: RadixCache, window: int) -> set[int]:
+    """Ids of the cached slabs all of whose radix nodes are among the first `window` slots that
+    `RadixCache.evict` would free (unlocked leaves, least recently used first; a parent becomes
+    a leaf once its children are gone). A dry run: nothing changes."""
+    heap = [(x.last_access, x.id, x) for x in radix.nodes() if not x.children and x.lock_ref == 0]
+    heapq.heapify(heap)
+    children_left: dict[int, int] = {}
+    nodes_seen: dict[int, int] = {}
+    out: set[int] = set()
+    freed = 0
+    while heap and freed < window:
+        _, _, x = heapq.heappop(heap)
+        freed += len(x)
+        if x.kind == HOT:
+            sid = x.slab.id
+            nodes_seen[sid] = nodes_seen.get(sid, 0) + 1
+            if nodes_seen[sid] == x.slab.node_refs:
+                out.add(sid)
+        parent = x.parent
+        if parent is not radix.root and parent.lock_ref == 0:
+            left = children_left.get(parent.id, len(parent.children)) - 1
+            children_left[parent.id] = left
+            if left == 0:
+                heapq.heappush(heap, (parent.last_access, parent.id, parent))
+    return out
+
+
 class HotAdmission:
     """Decides HOT placement and promotions; owns the pending promotion plans."""
 
@@ -81,8 +113,37 @@ class HotAdmission:
         self.promotions_failed = 0
 
     def alloc_slab(self, length: int) -> Slab | None:
-        """A slab for an explicit prefix, evicting cached slabs LRU; None means: fall back to COLD."""
-        return self.hot.alloc_slab(length, evict=self._evict_slab)
+        """A slab for an explicit prefix; None means: fall back to COLD (B.10).
+
+        Free HOT space first. Otherwise a cached slab is evicted only when it lies in the cache's
+        LRU tail, within the first `length` slots that LRU eviction (`RadixCache.evict`, over HOT
+        and COLD alike) would free: the KV that placing this prefix anywhere would push out
+        first. Evicting the least recently used *slab* instead, while older COLD KV stays, drops
+        a prefix that is still being reused: with more prefixes than slabs and many requests
+        per prefix (Table 20 at k=64) the victim's next request recomputes it into a new slab,
+        evicting the next slab (at B=128 this cost 1.3x paged's prefill). A stale slab that
+        nothing has read for longer than the rest of the cache is still replaced.
+        """
+        slab = self.hot.alloc_slab(length)
+        if slab is not None or self.hot.num_cached == 0:
+            return slab
+        stale = lru_tail_slabs(self.radix, length)
+        if not stale:
+            return None
+        return self.hot.alloc_slab(length, evict=self._evict_slab, may_evict=lambda s: s.id in stale)
+
+    def promotion_slab(self, length: int) -> Slab | None:
+        """A slab for a promotion from free HOT space only, never by evicting a cached slab.
+
+        The prefix being promoted is already cached (in COLD), and its COLD copy stays held until
+        the requests reading it end, so evicting a cached slab to make room trades a reusable
+        prefix for a duplicate. Under KV pressure with many prefixes (Table 20, k=64: every
+        request's prefix is in COLD or a cached slab when a batch drains) each such eviction
+        forces a recompute of the evicted prefix, whose new slab evicts the next one: a cascade
+        that more than doubled the evicted KV. A COLD prefix stays COLD (B.10) until HOT space
+        frees up by itself (LRU eviction of stale slabs under COLD pressure, or released slabs).
+        """
+        return self.hot.alloc_slab(length)
 
     def consider(self, match: Match, explicit_len: int | None) -> PromotionPlan | None:
         """After a request locked `match`, decide whether a COLD prefix it reads should be copied.
@@ -106,7 +167,7 @@ class HotAdmission:
             return None
         if any(x.kind != COLD or x.promoting for x in path):
             return None
-        slab = self.alloc_slab(length)
+        slab = self.promotion_slab(length)
         if slab is None:
             self.promotions_failed += 1
             return None

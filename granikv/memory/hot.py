@@ -93,24 +93,29 @@ class HotPool:
         return (np.flatnonzero(self._lent) + self.start).astype(np.int32)
 
     # ---- slabs -------------------------------------------------------------------------------
-    def alloc_slab(self, length: int, evict: Callable[[Slab], None] | None = None) -> Slab | None:
+    def alloc_slab(self, length: int, evict: Callable[[Slab], None] | None = None,
+                   may_evict: Callable[[Slab], bool] | None = None) -> Slab | None:
         """A slab of exactly `length` contiguous slots, held once by the caller (refcount 1).
 
-        First-fit; if nothing fits, cached slabs are evicted LRU through `evict` (which must drop
-        every radix node of the slab, releasing it) until one fits. None if it still does not fit:
-        the caller places the prefix in COLD instead (paper B.10), no live slab is ever demoted.
+        First-fit; if nothing fits, cached slabs (those `may_evict` accepts; default: all) are
+        evicted LRU through `evict` (which must drop every radix node of the slab, releasing it)
+        until one fits — but only when evicting them can make room: cached KV is never destroyed
+        for an allocation that fails anyway. None if it does not fit: the caller places the prefix
+        in COLD instead (paper B.10), no live slab is ever demoted.
         """
         if length < 1:
             raise ValueError("a slab holds at least one slot")
         if length > self.size:
             return None
         base = self._first_fit(length)
-        while base is None and evict is not None and self._cached:
-            victim = next(iter(self._cached.values()))
-            evict(victim)
-            if victim.id in self.slabs:  # the callback did not release it: stop, never loop forever
-                raise RuntimeError(f"evict callback left slab {victim.id} allocated")
-            base = self._first_fit(length)
+        if base is None and evict is not None:
+            for victim in self._victims(length, may_evict):
+                evict(victim)
+                if victim.id in self.slabs:  # the callback did not release it: stop, never loop forever
+                    raise RuntimeError(f"evict callback left slab {victim.id} allocated")
+                base = self._first_fit(length)
+                if base is not None:
+                    break
         if base is None:
             return None
         self._take_range(base, base + length)
@@ -207,6 +212,22 @@ class HotPool:
         ends = slots[np.r_[brk - 1, slots.size - 1]] + 1
         self._insert_ranges(starts, ends)
 
+    def _victims(self, length: int, may_evict: Callable[[Slab], bool] | None) -> list[Slab]:
+        """The shortest LRU-first run of evictable cached slabs whose ranges, once free, leave a
+        free range of `length` slots; empty when evicting all of them would not (a slab between
+        two live ones frees nothing usable). A dry run over the free list: nothing changes."""
+        starts, ends = self._fs.tolist(), self._fe.tolist()
+        out: list[Slab] = []
+        for slab in self._cached.values():
+            if may_evict is not None and not may_evict(slab):
+                continue
+            out.append(slab)
+            starts.append(slab.base)
+            ends.append(slab.end)
+            if _longest_run(starts, ends) >= length:
+                return out
+        return []
+
     # ---- free-range list ---------------------------------------------------------------------
     def _first_fit(self, length: int) -> int | None:
         ok = np.flatnonzero(self._fe - self._fs >= length)
@@ -238,3 +259,15 @@ class HotPool:
         first = np.flatnonzero(keep)
         last = np.r_[first[1:] - 1, fs.size - 1]  # each merged group ends where its last range ends
         self._fs, self._fe = fs[first], fe[last]
+
+
+def _longest_run(starts: list[int], ends: list[int]) -> int:
+    """Longest contiguous run covered by disjoint ranges [starts[i], ends[i]) (adjacent ones merge)."""
+    best, run_s, run_e = 0, None, None
+    for s, e in sorted(zip(starts, ends)):
+        if run_e is not None and s == run_e:
+            run_e = e
+        else:
+            run_s, run_e = s, e
+        best = max(best, run_e - run_s)
+    return best
