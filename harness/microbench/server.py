@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -136,10 +137,12 @@ def _sim_factory(step_ms: float, batch: int, host_ms: float, prefill_ms: float, 
 
 def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms: float = 3.0,
             port: int = 30571, mode: str = "process", prompt_len: int = 16, warmup: int = 0,
-            prefill_ms: float = 0.0) -> dict:
+            prefill_ms: float = 0.0, streaming: str = "cumulative") -> dict:
     """`warmup` requests run before the timed burst (at concurrency B, so `warmup >= B` leaves B
     open keep-alive connections for it); `prefill_ms` is the simulated cost of each admission
-    step, during which no decode runs (prefill first, as the engine schedules)."""
+    step, during which no decode runs (prefill first, as the engine schedules); `streaming`:
+    the server's chunks carry everything so far (SGLang's default) or only what is new
+    (`--incremental-streaming-output`)."""
     from aiohttp import web
 
     from granikv.server.app import build_app
@@ -162,7 +165,8 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         loop.start()
 
     async def go():
-        runner = web.AppRunner(build_app(loop, TextCodec()), access_log=None)
+        runner = web.AppRunner(build_app(loop, TextCodec(), incremental_streaming_output=streaming == "incremental"),
+                               access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
@@ -182,7 +186,8 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     loop.stop()
     m = json.loads(res.read_text())["metrics"]
     ideal = batch * 1e3 / step_ms
-    return {"mode": mode, "batch": batch, "step_ms": step_ms, "host_ms": host_ms, "requests": requests,
+    return {"mode": mode, "streaming": streaming, "batch": batch, "step_ms": step_ms, "host_ms": host_ms,
+            "requests": requests,
             "output_len": output_len,
             "output_throughput": m["output_throughput"], "engine_rate": ideal,
             "engine_decode_steps": decode_steps, "duration_s": m["duration_s"],
@@ -195,10 +200,12 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
 def notes_table(path: str) -> str:
     """Markdown table of a server.json (numbers are read, never typed)."""
     doc = json.loads(Path(path).read_text())
-    lines = ["| engine | B | step ms (host ms) | served tok/s | engine tok/s | ratio | TPOT p50 ms |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| engine | chunks | out tokens | B | step ms (host ms) | served tok/s | engine tok/s | ratio "
+             "| TPOT p50 ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["records"]:
-        lines.append(f"| {r['mode']} | {r['batch']} | {r['step_ms']:.0f} ({r['host_ms']:.0f}) | "
+        lines.append(f"| {r['mode']} | {r.get('streaming', 'cumulative')} | {r['output_len']} | {r['batch']} | "
+                     f"{r['step_ms']:.0f} ({r['host_ms']:.0f}) | "
                      f"{r['output_throughput']:.0f} | {r['engine_rate']:.0f} | {r['ratio']:.3f} | "
                      f"{r['median_tpot_ms']:.1f} |")
     env = doc["env"]
@@ -221,6 +228,9 @@ def main(argv=None) -> int:
     ap.add_argument("--prefill-ms", type=float, default=0.0, help="simulated admission (prefill) step")
     ap.add_argument("--mode", nargs="+", default=["thread", "process"],
                     help="engine on a thread of the server process, or in its own process (the server's default)")
+    ap.add_argument("--streaming", nargs="+", default=["cumulative"], choices=["cumulative", "incremental"],
+                    help="chunks with everything so far (SGLang's default) or only what is new")
+    ap.add_argument("--port", type=int, default=30571)
     ap.add_argument("--out", default=None)
     ap.add_argument("--notes", default=None, help="print the Markdown table of an existing server.json and exit")
     args = ap.parse_args(argv)
@@ -231,11 +241,11 @@ def main(argv=None) -> int:
     for mode in args.mode:
         for b in args.batch:
             for s in args.step_ms:
-                for w in args.warmup:
-                    r = measure(b, s, args.waves * b, args.output_len, args.host_ms, mode=mode,
-                                prompt_len=args.prompt_len, warmup=w, prefill_ms=args.prefill_ms)
+                for w, st in itertools.product(args.warmup, args.streaming):
+                    r = measure(b, s, args.waves * b, args.output_len, args.host_ms, port=args.port, mode=mode,
+                                prompt_len=args.prompt_len, warmup=w, prefill_ms=args.prefill_ms, streaming=st)
                     recs.append(r)
-                    print(f"{mode:7s} B={b:4d} step {s:5.1f} ms warm-up {w:4d}: {r['output_throughput']:8.0f} "
+                    print(f"{mode:7s} {st:11s} B={b:4d} step {s:5.1f} ms warm-up {w:4d}: {r['output_throughput']:8.0f} "
                           f"tok/s of {r['engine_rate']:8.0f} = {r['ratio']:.3f}  (TPOT p50 "
                           f"{r['median_tpot_ms']:.1f} ms, TTFT p50 {r['median_ttft_ms']:.0f} ms, admission "
                           f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms)", flush=True)

@@ -1,0 +1,38 @@
+"""harness.microbench.server on the CPU with a few requests: the simulated engine behind the real
+server and client serves every request in both streaming modes and both engine placements,
+and the record carries what the notes table reads. Its ratios on a shared CI host are not
+asserted (a benchmark's goal never lives in a test)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from harness.microbench import server as S
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("streaming", ["cumulative", "incremental"])
+def test_every_request_is_served_in_both_streaming_modes(streaming):
+    r = S.measure(4, 2.0, 8, 12, host_ms=0.5, port=_free_port(),
+                  mode="thread", streaming=streaming)
+    assert r["completed"] == 8 and r["streaming"] == streaming
+    assert r["engine_decode_steps"] >= 12 and r["output_throughput"] > 0
+
+
+def test_cli_writes_records_and_the_notes_table_reads_them(tmp_path):
+    out = tmp_path / "server.json"
+    assert S.main(["--mode", "process", "--batch", "2", "--step-ms", "2", "--output-len", "6", "--waves", "1",
+                   "--host-ms", "0.5", "--streaming", "incremental", "--port", str(_free_port()),
+                   "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert [r["streaming"] for r in doc["records"]] == ["incremental"]
+    table = S.notes_table(str(out))
+    assert "| process | incremental | 6 | 2 |" in table
