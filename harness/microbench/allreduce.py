@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         cell = json.loads(Path(args.engine_cell).read_text())
         rec = engine_vs_isolated(cell, json.loads(Path(args.measured).read_text()))
         doc = {"env": env_info(), "engine_cell": args.engine_cell, "measured": args.measured,
-               "cell_git_sha": cell.get("env", {}).get("git_sha"), "record": rec}
+               "cell_git_sha": cell.get("env", {}).get("git_sha"), "records": [rec]}
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(doc, indent=1))
         print(f"engine all-reduce {rec['engine_us_per_call']:.1f} us/call ({rec['message_bytes'] / 1e6:.2f} MB): "
