@@ -5,6 +5,7 @@ of malformed request answered with a 4xx and a reason while the server keeps ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -37,9 +38,9 @@ def engine_loop():
     loop.stop()
 
 
-@pytest.fixture(scope="module")
-def server(engine_loop):
-    loop, engine = engine_loop, engine_loop.engine
+@contextlib.contextmanager
+def serving(loop, codec: TextCodec, **app_kw):
+    """The aiohttp app over `loop` on a free port, served from a thread; yields its URL."""
     port = _free_port()
     ready = threading.Event()
     state = {}
@@ -47,10 +48,9 @@ def server(engine_loop):
     def serve():
         aloop = asyncio.new_event_loop()
         state["loop"] = aloop
-        runner = web.AppRunner(build_app(loop, TextCodec()))
+        runner = web.AppRunner(build_app(loop, codec, **app_kw))
         aloop.run_until_complete(runner.setup())
         aloop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        state["runner"] = runner
         ready.set()
         aloop.run_forever()
         aloop.run_until_complete(runner.cleanup())
@@ -58,9 +58,17 @@ def server(engine_loop):
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     assert ready.wait(30)
-    yield f"http://127.0.0.1:{port}", engine
-    state["loop"].call_soon_threadsafe(state["loop"].stop)
-    t.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        state["loop"].call_soon_threadsafe(state["loop"].stop)
+        t.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(engine_loop):
+    with serving(engine_loop, TextCodec()) as url:
+        yield url, engine_loop.engine
 
 
 def run(coro):
@@ -350,26 +358,8 @@ class _JoinCodec(TextCodec):
 def test_incremental_streaming_output_sends_only_new_text_and_ids(engine_loop, codec):
     """With SGLang's --incremental-streaming-output, the chunks' ids and text concatenate to the
     whole output (the default mode's chunks each carry everything so far)."""
-    port = _free_port()
-    app_state = {}
-    ready = threading.Event()
 
-    def serve():
-        aloop = asyncio.new_event_loop()
-        app_state["loop"] = aloop
-        runner = web.AppRunner(build_app(engine_loop, codec, incremental_streaming_output=True))
-        aloop.run_until_complete(runner.setup())
-        aloop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
-        ready.set()
-        aloop.run_forever()
-        aloop.run_until_complete(runner.cleanup())
-
-    t = threading.Thread(target=serve, daemon=True)
-    t.start()
-    assert ready.wait(30)
-    url = f"http://127.0.0.1:{port}"
-
-    async def go():
+    async def go(url):
         async with aiohttp.ClientSession() as s:
             sp = {"max_new_tokens": 40, "ignore_eos": True, "temperature": 0.0}
             ev = await _stream(s, url, {"input_ids": list(range(3, 50)), "stream": True, "sampling_params": sp})
@@ -377,11 +367,8 @@ def test_incremental_streaming_output_sends_only_new_text_and_ids(engine_loop, c
                 whole = await r.json()
             return ev, whole
 
-    try:
-        ev, whole = run(go())
-    finally:
-        app_state["loop"].call_soon_threadsafe(app_state["loop"].stop)
-        t.join(10)
+    with serving(engine_loop, codec, incremental_streaming_output=True) as url:
+        ev, whole = run(go(url))
     chunks = ev[:-1]
     assert ev[-1] == "[DONE]" and len(chunks) >= 2
     ids = [i for c in chunks for i in c["output_ids"]]
