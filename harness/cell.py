@@ -43,6 +43,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from granikv.server import aio
 from harness import systems
 from harness.sweeps import ROOT, cell_id
 
@@ -465,7 +466,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
 
             policy = SteadyPolicy.for_batch(int(cfg.batch), int(cfg.num_prompts), steps=PROFILE_STEPS)
             benchmark = alongside(benchmark, system.base_url, policy, profile)
-        result = asyncio.run(guarded(system, benchmark, watch, float(cfg.server.stall_timeout_s)))
+        result = aio.run(guarded(system, benchmark, watch, float(cfg.server.stall_timeout_s)))
         try:
             info = systems.get_json(system.base_url, info_path)
         except Exception as e:  # noqa: BLE001 - an external system may not report counters

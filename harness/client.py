@@ -34,6 +34,7 @@ from typing import Any
 
 import aiohttp
 
+from granikv.server import aio
 from harness.metrics import RequestRecord, compute_metrics
 from harness.workloads import Request, read_workload
 
@@ -99,6 +100,7 @@ class BenchmarkResult:
             "errors": self.errors(),
             "flush_status": self.flush_status,
             "max_in_flight": self.max_in_flight,
+            "event_loop": aio.event_loop_name(),  # the client's and (same host, same env) the server's
             "warmup": [asdict(r) for r in self.warmup],
         }
         if with_records:
@@ -340,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_new_tokens=args.max_new_tokens,
         progress=not args.no_progress,
     )
-    result = asyncio.run(run_benchmark(args.url, reqs, cfg))
+    result = aio.run(run_benchmark(args.url, reqs, cfg))
     print(format_summary(result))
     if args.output:
         out = result.to_dict(with_records=not args.no_records)

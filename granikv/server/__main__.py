@@ -14,6 +14,7 @@ import sys
 
 from aiohttp import web
 
+from granikv.server import aio
 from granikv.server.cli import add_engine_args, config_from_args
 
 log = logging.getLogger("granikv.server")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(serve(args))
+        aio.run(serve(args))
     except ValueError as e:  # bad configuration: say so, no traceback
         print(f"error: {e}", file=sys.stderr)
         return 2

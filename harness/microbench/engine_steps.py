@@ -33,6 +33,7 @@ import torch
 from granikv.config import EngineConfig
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams, Status
+from granikv.server import aio
 from harness.microbench._timing import env_info
 
 
@@ -192,6 +193,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
         loop.start()
     out["server_mode"] = mode
     out["incremental_streaming_output"] = incremental
+    out["event_loop"] = aio.event_loop_name()  # the server's loop here and the client's (same env)
     tmp = Path(tempfile.mkdtemp())
 
     async def go() -> dict:
@@ -213,7 +215,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
         finally:
             await runner.cleanup()
 
-    info = asyncio.run(go())
+    info = aio.run(go())
     loop.stop()
     runs = [json.loads((tmp / f"client{i}.json").read_text())["metrics"] for i in range(repeats)]
     metrics = runs[-1]

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from granikv.server import aio
 from harness.microbench._timing import env_info
 
 
@@ -179,8 +180,8 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         finally:
             await runner.cleanup()
 
-    asyncio.run(go())
-    st = asyncio.run(_stats(loop))
+    aio.run(go())
+    st = aio.run(_stats(loop))
     decode_steps = st["steps"]["decode"]
     timed = st["added_at"][-requests:]  # the timed burst's arrivals at the engine (after the warm-up)
     loop.stop()
