@@ -11,6 +11,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 System = Literal["paged", "cascade", "granikv"]
+
+# The dispatcher's break-even on an H200 (Llama-3.1-8B, TP=1; perf-notes, "Dispatcher: when a prefix
+# pass pays"): a prefix pass pays once it avoids ~128 MiB of K/V re-reads per layer
+PREFIX_PASS_MIN_SAVED_MIB = 128.0
 SYSTEMS: tuple[str, ...] = ("paged", "cascade", "granikv")
 
 
@@ -43,6 +47,11 @@ class EngineConfig:
     m_sat: int = 1024  # dense when n_class * g >= m_sat; fitted per GPU, see conf/hardware/
     min_prefix_for_hot: int = 256  # shorter shared prefixes are not worth a slab
     promote_min_refs: int = 2  # a COLD prefix reused by this many live requests is copied to HOT
+    # a prefix class takes a prefix pass only when it avoids at least this many MiB of K/V re-reads
+    # per layer ((n_class - 1) * Lp * K/V bytes per token per rank); below, the plain path is faster.
+    # None: PREFIX_PASS_MIN_SAVED_MIB on CUDA (fitted on an H200, conf/hardware/h200.yaml), 0 on the
+    # CPU (no launch overhead to amortize; the tests want the prefix passes exercised)
+    prefix_pass_min_saved_mib: float | None = None
 
     # scheduler
     max_running: int = 256
@@ -82,6 +91,8 @@ class EngineConfig:
             raise ValueError(f"kernel_impl must be triton or torch, got {self.kernel_impl!r}")
         if self.kv_budget_gb is not None and self.kv_budget_gb <= 0:
             raise ValueError("kv_budget_gb must be positive")
+        if self.prefix_pass_min_saved_mib is not None and self.prefix_pass_min_saved_mib < 0:
+            raise ValueError("prefix_pass_min_saved_mib must be >= 0")
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)

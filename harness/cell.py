@@ -214,6 +214,8 @@ def engine_args(cfg: DictConfig, max_context: int) -> dict[str, Any]:
         "max_running": int(cfg.server.max_running or cfg.batch), "max_context": max_context,
         "kernel_impl": cfg.server.kernel_impl, "cuda_graphs": cfg.server.cuda_graphs,
     }
+    if cfg.system.name == "granikv":  # the dispatcher's plain-path threshold, fitted per GPU
+        args["prefix_pass_min_saved_mib"] = cfg.hardware.get("prefix_pass_min_saved_mib")
     args.update(plain(cfg.system.get("engine_args")) or {})
     args.update(plain(cfg.server.extra) or {})
     known = {f.name for f in fields(EngineConfig)}

@@ -7,6 +7,14 @@ dense, fat-contraction pass saturates the tensor cores and wins; below it the ca
 for any prefix pass to pay for its launch and merge goes to the plain path (its requests read
 the prefix through the slot table like every other token), so granikv never does worse than
 the paged baseline by more than noise.
+
+"Pays for" is measured, not assumed: a prefix pass adds two launches per layer (the pass and the
+LSE merge), ~14 us a layer on an H200 in a decode graph, while what it saves — the class's other
+n-1 requests re-reading the prefix — is partly served from L2 in the paged path when the prefix
+is short. The served Table 9 cells at B=8/32 (perf-notes, "Dispatcher: when a prefix pass pays")
+put the break-even between 62 MiB (lost: Lp=512, B=32) and 224 MiB (won: Lp=8K, B=8) of K/V
+re-reads avoided per layer, so a class takes a prefix pass only when it avoids at least
+`min_saved_bytes` per layer: (n-1) * Lp * bytes_per_token.
 """
 
 from __future__ import annotations
@@ -24,9 +32,19 @@ class DispatchPolicy:
     m_sat: int = 1024
     min_prefix_len: int = 256  # shorter shared prefixes are read on the plain path
     min_class_size: int = 2  # a prefix pass for a lone request buys nothing
+    # K/V bytes of one token in one layer on this rank (H_kv_local * d * 2 * element size), and the
+    # prefix re-reads per layer a pass must avoid to pay for its launches; 0 = any class pays
+    kv_bytes_per_token: int = 0
+    min_saved_bytes: int = 0
+
+    def saved_bytes(self, class_size: int, prefix_len: int) -> int:
+        """Prefix K/V reads per layer that one pass saves over the plain path."""
+        return max(class_size - 1, 0) * prefix_len * self.kv_bytes_per_token
 
     def choose(self, class_size: int, prefix_len: int) -> str:
         if prefix_len < self.min_prefix_len or class_size < self.min_class_size:
+            return PLAIN
+        if self.min_saved_bytes and self.saved_bytes(class_size, prefix_len) < self.min_saved_bytes:
             return PLAIN
         return DENSE if class_size * self.group_size >= self.m_sat else CASCADE
 

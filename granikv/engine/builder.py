@@ -17,7 +17,7 @@ from granikv.attention.dispatch import DispatchPolicy
 from granikv.attention.granikv import GraniKVBackend
 from granikv.attention.ops import KernelOps
 from granikv.attention.paged import PagedBackend
-from granikv.config import EngineConfig
+from granikv.config import PREFIX_PASS_MIN_SAVED_MIB, EngineConfig
 from granikv.dist import TPGroup
 from granikv.engine.runner import ModelRunner
 from granikv.memory.kv_cache import KVCache
@@ -75,7 +75,12 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
     elif cfg.system == "cascade":
         backend = CascadeBackend(*args, min_prefix_len=cfg.min_prefix_for_hot)
     else:
-        policy = DispatchPolicy(group_size=hq // hkv, m_sat=cfg.m_sat, min_prefix_len=cfg.min_prefix_for_hot)
+        min_saved = cfg.prefix_pass_min_saved_mib
+        if min_saved is None:
+            min_saved = PREFIX_PASS_MIN_SAVED_MIB if device.type == "cuda" else 0.0
+        policy = DispatchPolicy(group_size=hq // hkv, m_sat=cfg.m_sat, min_prefix_len=cfg.min_prefix_for_hot,
+                                kv_bytes_per_token=2 * hkv * spec.head_dim * kv.k[0].element_size(),
+                                min_saved_bytes=int(min_saved * 2**20))
         backend = GraniKVBackend(*args, policy=policy)
     graphs = None
     if cfg.cuda_graphs and device.type == "cuda":

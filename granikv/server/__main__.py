@@ -15,6 +15,7 @@ import sys
 from aiohttp import web
 
 from granikv.server import aio
+from granikv.server.app import LISTEN_BACKLOG
 from granikv.server.cli import add_engine_args, config_from_args
 
 log = logging.getLogger("granikv.server")
@@ -25,6 +26,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 description="GraniKV serving engine (SGLang-compatible HTTP API)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=30000, help="port (default: 30000)")
+    p.add_argument("--backlog", type=int, default=LISTEN_BACKLOG,
+                   help=f"listen queue length (default: {LISTEN_BACKLOG}, as uvicorn's; capped by net.core.somaxconn): "
+                        "a burst of B new connections beyond it waits for TCP's 1 s SYN retransmission")
     p.add_argument("--log-level", default="info")
     p.add_argument("--engine-thread", action="store_true",
                    help="run the engine on a thread of the server process instead of its own process "
@@ -37,7 +41,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(args: argparse.Namespace) -> None:
-    from granikv.server.app import build_app
+    from granikv.server.app import build_app, tcp_site
     from granikv.server.text import TextCodec
 
     cfg = config_from_args(args)
@@ -58,7 +62,7 @@ async def serve(args: argparse.Namespace) -> None:
     app = build_app(loop, TextCodec(cfg.model_path), args.incremental_streaming_output)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port)
+    site = tcp_site(runner, args.host, args.port, args.backlog)
     await site.start()
     log.info("serving on http://%s:%d (system=%s, model=%s)", args.host, args.port, cfg.system, cfg.model)
     print(f"granikv server ready on http://{args.host}:{args.port}", flush=True)

@@ -154,7 +154,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
 
     from aiohttp import web
 
-    from granikv.server.app import build_app
+    from granikv.server.app import build_app, tcp_site
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
     from harness.workloads import read_workload
@@ -201,7 +201,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
 
         runner = web.AppRunner(build_app(loop, TextCodec(), incremental_streaming_output=incremental), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 30555).start()
+        await tcp_site(runner, "127.0.0.1", 30555).start()
         try:
             for i in range(repeats):
                 proc = await asyncio.create_subprocess_exec(

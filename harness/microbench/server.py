@@ -146,7 +146,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     (`--incremental-streaming-output`)."""
     from aiohttp import web
 
-    from granikv.server.app import build_app
+    from granikv.server.app import build_app, tcp_site
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
 
@@ -169,7 +169,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         runner = web.AppRunner(build_app(loop, TextCodec(), incremental_streaming_output=streaming == "incremental"),
                                access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await tcp_site(runner, "127.0.0.1", port).start()
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),

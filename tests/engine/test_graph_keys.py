@@ -22,13 +22,14 @@ BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512
 LP = 4096
 
 
-def _backend(system: str, m_sat: int):
+def _backend(system: str, m_sat: int, min_saved_mib: int = 0):
     args = ([], [], None, 32, 8, 128, KernelOps("torch"))
     if system == "paged":
         return PagedBackend(*args)
     if system == "cascade":
         return CascadeBackend(*args, min_prefix_len=256)
-    return GraniKVBackend(*args, policy=DispatchPolicy(group_size=4, m_sat=m_sat, min_prefix_len=256))
+    return GraniKVBackend(*args, policy=DispatchPolicy(group_size=4, m_sat=m_sat, min_prefix_len=256,
+                                                       kv_bytes_per_token=4096, min_saved_bytes=min_saved_mib << 20))
 
 
 def _batch(n: int) -> StepBatch:
@@ -43,10 +44,13 @@ def _batch(n: int) -> StepBatch:
                      qo_indptr=None, seq_lens=None)
 
 
-@pytest.mark.parametrize("system,m_sat", [("paged", 2048), ("cascade", 2048), ("granikv", 2048),
-                                          ("granikv", 1024), ("granikv", 100)])
-def test_single_prefix_steps_use_graphs_captured_at_start(system, m_sat):
-    backend = _backend(system, m_sat)
+@pytest.mark.parametrize("system,m_sat,min_saved_mib", [("paged", 2048, 0), ("cascade", 2048, 0), ("granikv", 2048, 0),
+                                                        ("granikv", 1024, 0), ("granikv", 100, 0),
+                                                        ("granikv", 2048, 128)])
+def test_single_prefix_steps_use_graphs_captured_at_start(system, m_sat, min_saved_mib):
+    """With the saved-bytes rule (128 MiB: classes under 9 requests at Lp=4K take the plain path)
+    the plain graphs captured at start cover those steps too."""
+    backend = _backend(system, m_sat, min_saved_mib)
     graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
     keys = set(graphs.ahead_keys(backend, 512))
     for n in range(1, 513):

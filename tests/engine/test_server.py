@@ -18,7 +18,7 @@ from engine_testutil import tiny_config
 
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
-from granikv.server.app import build_app
+from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
 from granikv.server.loop import EngineLoop
 from granikv.server.text import TextCodec
 
@@ -50,7 +50,7 @@ def serving(loop, codec: TextCodec, **app_kw):
         state["loop"] = aloop
         runner = web.AppRunner(build_app(loop, codec, **app_kw))
         aloop.run_until_complete(runner.setup())
-        aloop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+        aloop.run_until_complete(tcp_site(runner, "127.0.0.1", port).start())
         ready.set()
         aloop.run_forever()
         aloop.run_until_complete(runner.cleanup())
@@ -375,3 +375,30 @@ def test_incremental_streaming_output_sends_only_new_text_and_ids(engine_loop, c
     assert ids == whole["output_ids"] and len(ids) == 40
     assert "".join(c["text"] for c in chunks) == codec.decode(ids)
     assert [c["meta_info"]["completion_tokens"] for c in chunks][-1] == 40
+
+
+def test_listen_queue_holds_a_burst_of_connections(engine_loop):
+    """A burst of B=300 new connections reaches the server while its loop accepts none (as when it
+    is busy streaming): every one must complete its handshake into the listen queue. With
+    aiohttp's default backlog (128) the kernel drops the SYNs beyond it and those clients wait for
+    TCP's 1 s retransmission (the p90 TTFT of 1.1 s the H200 HTTP check showed)."""
+    assert LISTEN_BACKLOG >= 300
+    aloop = asyncio.new_event_loop()
+    runner = web.AppRunner(build_app(engine_loop, TextCodec()))
+    aloop.run_until_complete(runner.setup())
+    port = _free_port()
+    aloop.run_until_complete(tcp_site(runner, "127.0.0.1", port).start())
+    socks = []
+    try:  # the loop is not running: nothing is accepted while we connect
+        t0 = time.monotonic()
+        for _ in range(300):
+            s = socket.socket()
+            s.settimeout(0.9)  # under the SYN retransmission timeout: a dropped SYN fails here
+            socks.append(s)
+            s.connect(("127.0.0.1", port))
+        assert time.monotonic() - t0 < 5
+    finally:
+        for s in socks:
+            s.close()
+        aloop.run_until_complete(runner.cleanup())
+        aloop.close()
