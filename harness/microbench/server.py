@@ -115,6 +115,12 @@ class SimEngine:
         return outs
 
 
+def arrival_quantile(times: list[float], q: float) -> float:
+    """The q-quantile (nearest rank) of arrival times, measured from the first arrival."""
+    ts = sorted(times)
+    return ts[min(len(ts) - 1, int(q * len(ts)))] - ts[0]
+
+
 async def _stats(loop) -> dict:
     return await loop.stats()
 
@@ -138,15 +144,18 @@ def _sim_factory(step_ms: float, batch: int, host_ms: float, prefill_ms: float, 
 
 def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms: float = 3.0,
             port: int = 30571, mode: str = "process", prompt_len: int = 16, warmup: int = 0,
-            prefill_ms: float = 0.0, streaming: str = "cumulative") -> dict:
+            prefill_ms: float = 0.0, streaming: str = "cumulative", backlog: int | None = None) -> dict:
     """`warmup` requests run before the timed burst (at concurrency B, so `warmup >= B` leaves B
     open keep-alive connections for it); `prefill_ms` is the simulated cost of each admission
     step, during which no decode runs (prefill first, as the engine schedules); `streaming`:
     the server's chunks carry everything so far (SGLang's default) or only what is new
-    (`--incremental-streaming-output`)."""
+    (`--incremental-streaming-output`); `backlog`: the listen queue (None: the server's,
+    LISTEN_BACKLOG; aiohttp's own default is 128, which a burst of B > 128 new connections
+    overflows: the dropped SYNs are retried after TCP's 1 s timeout, seen in the arrival
+    quantiles)."""
     from aiohttp import web
 
-    from granikv.server.app import build_app, tcp_site
+    from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
 
@@ -169,7 +178,8 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         runner = web.AppRunner(build_app(loop, TextCodec(), incremental_streaming_output=streaming == "incremental"),
                                access_log=None)
         await runner.setup()
-        await tcp_site(runner, "127.0.0.1", port).start()
+        await (tcp_site(runner, "127.0.0.1", port) if backlog is None
+               else tcp_site(runner, "127.0.0.1", port, backlog=backlog)).start()
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
@@ -195,7 +205,10 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
             "ratio": m["output_throughput"] / ideal, "median_tpot_ms": m.get("median_tpot_ms"),
             "median_ttft_ms": m.get("median_ttft_ms"), "p99_ttft_ms": m.get("p99_ttft_ms"),
             "prompt_len": prompt_len, "warmup": warmup, "prefill_ms": prefill_ms,
-            "admission_ramp_s": timed[-1] - timed[0], "completed": m["completed"]}
+            "admission_ramp_s": timed[-1] - timed[0], "completed": m["completed"],
+            "backlog": backlog if backlog is not None else LISTEN_BACKLOG,
+            # when the timed requests reached the engine, from the first one (s)
+            "arrival_quantiles_s": {str(q): arrival_quantile(timed, q) for q in (0.5, 0.75, 0.9, 1.0)}}
 
 
 def notes_table(path: str) -> str:
@@ -231,6 +244,8 @@ def main(argv=None) -> int:
                     help="engine on a thread of the server process, or in its own process (the server's default)")
     ap.add_argument("--streaming", nargs="+", default=["cumulative"], choices=["cumulative", "incremental"],
                     help="chunks with everything so far (SGLang's default) or only what is new")
+    ap.add_argument("--backlog", type=int, nargs="+", default=[None],
+                    help="listen queue lengths to compare (default: the server's; aiohttp's own is 128)")
     ap.add_argument("--port", type=int, default=30571)
     ap.add_argument("--out", default=None)
     ap.add_argument("--notes", default=None, help="print the Markdown table of an existing server.json and exit")
@@ -242,14 +257,16 @@ def main(argv=None) -> int:
     for mode in args.mode:
         for b in args.batch:
             for s in args.step_ms:
-                for w, st in itertools.product(args.warmup, args.streaming):
+                for w, st, bl in itertools.product(args.warmup, args.streaming, args.backlog):
                     r = measure(b, s, args.waves * b, args.output_len, args.host_ms, port=args.port, mode=mode,
-                                prompt_len=args.prompt_len, warmup=w, prefill_ms=args.prefill_ms, streaming=st)
+                                prompt_len=args.prompt_len, warmup=w, prefill_ms=args.prefill_ms, streaming=st,
+                                backlog=bl)
                     recs.append(r)
                     print(f"{mode:7s} {st:11s} B={b:4d} step {s:5.1f} ms warm-up {w:4d}: {r['output_throughput']:8.0f} "
                           f"tok/s of {r['engine_rate']:8.0f} = {r['ratio']:.3f}  (TPOT p50 "
                           f"{r['median_tpot_ms']:.1f} ms, TTFT p50 {r['median_ttft_ms']:.0f} ms, admission "
-                          f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms)", flush=True)
+                          f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms, p90 arrival "
+                          f"{r['arrival_quantiles_s']['0.9'] * 1e3:.0f} ms, backlog {r['backlog']})", flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"env": env_info(), "config": vars(args), "records": recs}, indent=1))

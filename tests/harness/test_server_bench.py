@@ -36,3 +36,19 @@ def test_cli_writes_records_and_the_notes_table_reads_them(tmp_path):
     assert [r["streaming"] for r in doc["records"]] == ["incremental"]
     table = S.notes_table(str(out))
     assert "| process | incremental | 6 | 2 |" in table
+
+
+def test_arrival_quantiles_are_measured_from_the_first_arrival():
+    times = [10.0 + i / 100 for i in range(100)][::-1]  # any order
+    assert S.arrival_quantile(times, 0.0) == 0.0
+    assert S.arrival_quantile(times, 0.5) == pytest.approx(0.5)
+    assert S.arrival_quantile(times, 1.0) == pytest.approx(0.99)
+
+
+def test_backlog_is_recorded_and_a_small_one_still_serves_everyone():
+    from granikv.server.app import LISTEN_BACKLOG
+
+    r = S.measure(4, 2.0, 8, 6, host_ms=0.5, port=_free_port(), mode="thread", streaming="incremental")
+    assert r["backlog"] == LISTEN_BACKLOG and set(r["arrival_quantiles_s"]) == {"0.5", "0.75", "0.9", "1.0"}
+    r = S.measure(4, 2.0, 8, 6, host_ms=0.5, port=_free_port(), mode="thread", streaming="incremental", backlog=8)
+    assert r["backlog"] == 8 and r["completed"] == 8
