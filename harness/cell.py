@@ -288,12 +288,39 @@ def gpus() -> tuple[str, int]:
     return (", ".join(sorted(set(names))), len(names)) if names else ("none", 0)
 
 
+def parse_gpu_memory(text: str) -> list[dict[str, int]]:
+    """`nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits` rows."""
+    rows = []
+    for line in text.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and all(x.isdigit() for x in parts):
+            rows.append({"index": int(parts[0]), "used_mib": int(parts[1]), "total_mib": int(parts[2])})
+    return rows
+
+
+def gpu_memory() -> list[dict[str, int]] | None:
+    """Device memory in use on every GPU before the cell's server starts. The engine sizes its KV
+    cache from the memory it finds free, so memory another process still holds shrinks the cell's
+    KV capacity — session 4's Table 20 k=64 cells had 555K slots where an idle H200 gives 820K
+    (cause not recorded then) — and with it every KV-bound number. Recorded so that a cell's
+    capacity can always be explained."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
+                             check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_gpu_memory(out)
+
+
 def environment(started_at: str) -> dict[str, Any]:
     gpu, count = gpus()
     return {
         "gpu": gpu, "gpu_count": count, "torch": _version("torch"), "triton": _version("triton"),
         "python": platform.python_version(), "git_sha": git_sha(), "started_at": started_at,
         "host": platform.node(), "cpu_count": os.cpu_count(),
+        "gpu_memory_at_start": gpu_memory(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
 
 

@@ -154,6 +154,23 @@ def test_engine_args_are_validated():
         cell.engine_args(cfg, 256)
 
 
+def test_granikv_gets_the_hardware_dispatch_threshold_and_the_others_do_not():
+    h200 = cell.engine_args(_compose("system=granikv", "hardware=h200"), 1024)
+    assert h200["prefix_pass_min_saved_mib"] == 128
+    assert cell.engine_args(_compose("system=granikv", "hardware=cpu", "model=tiny"), 256)[
+        "prefix_pass_min_saved_mib"] == 0
+    assert cell.engine_args(_compose("system=granikv", "hardware=a100-40gb"), 1024)["prefix_pass_min_saved_mib"] is None
+    for system in ("paged", "cascade"):
+        assert "prefix_pass_min_saved_mib" not in cell.engine_args(_compose(f"system={system}", "hardware=h200"), 1024)
+
+
+def test_gpu_memory_rows_parse_nvidia_smi_and_skip_noise():
+    text = "0, 1024, 143771\n1, 61000, 143771\n\n[N/A], 3, 4\n"
+    assert cell.parse_gpu_memory(text) == [{"index": 0, "used_mib": 1024, "total_mib": 143771},
+                                           {"index": 1, "used_mib": 61000, "total_mib": 143771}]
+    assert cell.parse_gpu_memory("") == []
+
+
 def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):
     pidfile = tmp_path / "server.pid"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cell", "model=tiny", "hardware=cpu", "workload=burst",
