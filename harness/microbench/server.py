@@ -156,6 +156,8 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     from aiohttp import web
 
     from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
+
+    backlog = LISTEN_BACKLOG if backlog is None else backlog
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
 
@@ -178,8 +180,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         runner = web.AppRunner(build_app(loop, TextCodec(), incremental_streaming_output=streaming == "incremental"),
                                access_log=None)
         await runner.setup()
-        await (tcp_site(runner, "127.0.0.1", port) if backlog is None
-               else tcp_site(runner, "127.0.0.1", port, backlog=backlog)).start()
+        await tcp_site(runner, "127.0.0.1", port, backlog=backlog).start()
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
@@ -206,7 +207,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
             "median_ttft_ms": m.get("median_ttft_ms"), "p99_ttft_ms": m.get("p99_ttft_ms"),
             "prompt_len": prompt_len, "warmup": warmup, "prefill_ms": prefill_ms,
             "admission_ramp_s": timed[-1] - timed[0], "completed": m["completed"],
-            "backlog": backlog if backlog is not None else LISTEN_BACKLOG,
+            "backlog": backlog,
             # when the timed requests reached the engine, from the first one (s)
             "arrival_quantiles_s": {str(q): arrival_quantile(timed, q) for q in (0.5, 0.75, 0.9, 1.0)}}
 
