@@ -65,6 +65,10 @@ class EngineConfig:
     # fused Triton kernels for the decoder's elementwise ops (residual add + RMSNorm, SiLU * up,
     # RoPE) on CUDA; the CPU always runs the torch path
     fused_elementwise: bool = True
+    # split the keys of prefill steps too small to fill the GPU (a few short suffixes behind a long
+    # cached prefix) across programs and fold the partials (granikv.kernels.extend); False runs
+    # one program per query tile and KV head, whatever the step's size
+    extend_split_keys: bool = True
 
     # runner
     cuda_graphs: bool = True

@@ -80,7 +80,9 @@ class AttentionBackend:
         kc, vc = self.k_cache[layer], self.v_cache[layer]
         self.ops.store_kv(kc, vc, b.out_slots, k, v)
         if b.mode == "extend":
-            return self.ops.extend(q, kc, vc, self.slot_table, b.rows, b.qo_indptr, b.prefix_lens, self.sm_scale)
+            max_qo, max_kv = b.extend_bounds()
+            return self.ops.extend(q, kc, vc, self.slot_table, b.rows, b.qo_indptr, b.prefix_lens, self.sm_scale,
+                                   max_qo_len=max_qo, max_kv_len=max_kv)
         m = self.meta
         o, lse = self.ops.decode(q, kc, vc, self.slot_table, b.rows, m.kv_start, m.kv_len, self.sm_scale)
         dense = m.passes.get(DENSE)

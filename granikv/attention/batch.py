@@ -8,7 +8,7 @@ replayed from a CUDA graph without host syncs inside the forward.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -36,7 +36,17 @@ class StepBatch:
     prefix_lens: torch.Tensor  # [N] int32 (extend: cached tokens before the chunk)
     qo_indptr: torch.Tensor  # [N+1] int32 (extend)
     seq_lens: torch.Tensor  # [N] int32 (decode: context incl. the current token)
+    _bounds: tuple[int, int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def num_reqs(self) -> int:
         return len(self.reqs)
+
+    def extend_bounds(self) -> tuple[int, int]:
+        """(most new tokens of one request, longest context) of an extend step, from the host
+        views: they size the extend kernel's grid and key splits without a device read.
+        Computed once per step (the model calls the backend once per layer)."""
+        if self._bounds is None:
+            self._bounds = (max((v.seq_len - v.prefix_len for v in self.reqs), default=0),
+                            max((v.seq_len for v in self.reqs), default=0))
+        return self._bounds

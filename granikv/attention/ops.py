@@ -17,11 +17,12 @@ from granikv.kernels.prefix_classes import PrefixClasses
 
 
 class KernelOps:
-    def __init__(self, impl: str = "triton", dense_impl: str = "auto") -> None:
+    def __init__(self, impl: str = "triton", dense_impl: str = "auto", split_extend: bool = True) -> None:
         if impl not in ("triton", "torch"):
             raise ValueError(f"kernel impl must be triton or torch, got {impl!r}")
         self.impl = impl
         self.dense_impl = dense_impl
+        self.split_extend = split_extend  # EngineConfig.extend_split_keys
 
     def store_kv(self, k_cache, v_cache, slots, k, v) -> None:
         if self.impl == "torch":
@@ -30,10 +31,13 @@ class KernelOps:
             return
         K.store_kv(k_cache, v_cache, slots, k, v)
 
-    def extend(self, q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale):
+    def extend(self, q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale,
+               max_qo_len: int | None = None, max_kv_len: int | None = None):
+        """`max_qo_len` / `max_kv_len`: host bounds that size the Triton grid and its key splits."""
         if self.impl == "torch":
             return T.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale)
-        return K.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale)
+        return K.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale,
+                        max_qo_len=max_qo_len, max_kv_len=max_kv_len if self.split_extend else None)
 
     def decode(self, q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale):
         if self.impl == "torch":

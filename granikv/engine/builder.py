@@ -68,7 +68,7 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
     storage = storage_from_config(cfg, n_slots)
     # one extra all-zero row: padded batch entries read it (slot 0 only)
     slot_table = torch.zeros(cfg.max_running + 1, cfg.max_context, dtype=torch.int32, device=device)
-    ops = KernelOps(cfg.kernel_impl)
+    ops = KernelOps(cfg.kernel_impl, split_extend=cfg.extend_split_keys)
     args = (kv.k, kv.v, slot_table, hq, hkv, spec.head_dim, ops)
     if cfg.system == "paged":
         backend: AttentionBackend = PagedBackend(*args)

@@ -21,7 +21,9 @@ API
   -> (o, lse): the same over slabs only, as one fat contraction (fused Triton or cuBLAS form).
 - merge_lse_(o_a, lse_a, o_b, lse_b) -> None: in place into (o_a, lse_a), float32 math.
 - extend(q[T,Hq,d], k_cache, v_cache, slot_table, rows[N], qo_indptr[N+1], prefix_len[N], sm_scale,
-  out=None, max_qo_len=None, cfg=None) -> o[T,Hq,d]: cached prefix + causal new part.
+  out=None, max_qo_len=None, cfg=None, max_kv_len=None, splits=None, policy=None) -> o[T,Hq,d]:
+  cached prefix + causal new part; a step too small to fill the GPU splits its keys
+  (`extend_splits`, from the host bound `max_kv_len`) and folds the float32 partials.
 
 Elementwise ops of the decoder (float32 math, one rounding, one launch each):
 - rms_norm(x[T,N], w[N], eps, out=None) -> y; add_rms_norm_(x, residual, w, eps, out=None) -> y:
@@ -35,7 +37,7 @@ upcast to float32 after each load, since the interpreter's bf16 arithmetic is un
 
 from granikv.kernels.act import silu_mul
 from granikv.kernels.decode_paged import DecodeConfig, decode_max_splits, decode_paged
-from granikv.kernels.extend import ExtendConfig, extend
+from granikv.kernels.extend import ExtendConfig, ExtendSplitPolicy, extend, extend_splits
 from granikv.kernels.merge import merge_lse_
 from granikv.kernels.norm import add_rms_norm_, rms_norm
 from granikv.kernels.prefix_cascade import CASCADE_CONFIG, PrefixConfig, prefix_cascade
@@ -50,6 +52,7 @@ __all__ = [
     "DENSE_CONFIG",
     "DecodeConfig",
     "ExtendConfig",
+    "ExtendSplitPolicy",
     "PrefixClasses",
     "PrefixConfig",
     "SplitWorkspace",
@@ -57,6 +60,7 @@ __all__ = [
     "decode_max_splits",
     "decode_paged",
     "extend",
+    "extend_splits",
     "merge_lse_",
     "prefix_cascade",
     "prefix_dense",

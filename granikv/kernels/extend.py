@@ -7,6 +7,14 @@ COLD slots, pages). Query heads sharing a KV head are packed into the M dimensio
 tile is token r // g, head r % g), so each K/V tile serves g heads. Keys below the tile's
 first token are visible to every row and run unmasked; only the last few tiles apply the
 causal mask.
+
+Split keys (flash-decoding applied to prefill): a step that prefills a few short suffixes behind
+a long cached prefix launches few programs (one 20-token request at G=4 is one tile x 8 KV heads
+= 8 programs on 132 SMs), and each walks the whole prefix alone — at Lp=16K that serial walk,
+x 32 layers, is a fixed cost of every small extend step of a serving run. `extend_splits` cuts
+each request's key range into equal BLOCK_N-aligned splits when the grid would not fill the GPU;
+each split writes a float32 partial output and its base-2 LSE, and a fold (splits._fold) merges
+them. Large steps keep one split (no workspace, no fold).
 """
 
 from __future__ import annotations
@@ -22,10 +30,13 @@ from granikv.kernels._common import (
     check_cache,
     dot_precision,
     finish_rows,
+    next_pow2,
+    num_sms,
     online_softmax_step,
     stages_for,
     upcast_flag,
 )
+from granikv.kernels.splits import _fold
 
 
 @dataclass(frozen=True)
@@ -38,20 +49,53 @@ class ExtendConfig:
     num_stages: int = 3
 
 
+@dataclass(frozen=True)
+class ExtendSplitPolicy:
+    """When to split the key range of an extend step (see the module docstring).
+
+    Splits are added until the busy programs reach `target_waves` x the SM count, each split
+    keeps at least `min_split_len` keys (a partial costs a q-tile load and a float32 store), at
+    most `max_splits`, and the float32 partials stay within `workspace_bytes`."""
+
+    target_waves: float = 2.0
+    min_split_len: int = 512
+    max_splits: int = 32
+    workspace_bytes: int = 64 << 20
+
+
+def extend_splits(num_tokens: int, num_reqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
+                  max_kv_len: int, block_m: int, sms: int, policy: ExtendSplitPolicy | None = None) -> int:
+    """Key splits for an extend step (host only, no device read). The busy programs of one split
+    are at least cdiv(T * G, BLOCK_M) tiles per KV head; a step that already fills
+    `target_waves` x `sms` programs, or whose keys are short, gets 1."""
+    pol = policy or ExtendSplitPolicy()
+    if num_tokens <= 0 or num_reqs <= 0:
+        return 1
+    g = num_q_heads // num_kv_heads
+    busy = triton.cdiv(num_tokens * g, block_m) * num_kv_heads
+    want = triton.cdiv(int(pol.target_waves * sms), busy)
+    by_len = max_kv_len // pol.min_split_len
+    by_mem = pol.workspace_bytes // (num_tokens * num_q_heads * (head_dim + 1) * 4)
+    return max(1, min(want, by_len, by_mem, pol.max_splits))
+
+
 # TILES (the query tiles per request) changes with every prefill batch's longest request; left
 # specialized, Triton compiles a new variant the first time it meets TILES == 1 or a multiple of
 # 16 (seconds, inside a serving run: a 31-token suffix step of 1.85 s in an H200 cell).
-@triton.jit(do_not_specialize=["TILES"])
+# NSPLIT likewise (1 and 16 would specialize).
+@triton.jit(do_not_specialize=["TILES", "NSPLIT"])
 def _extend_kernel(
-    Q, K, V, SlotTable, Rows, QoIndptr, PrefixLen, O,
-    qk_scale, TILES,
+    Q, K, V, SlotTable, Rows, QoIndptr, PrefixLen, O, PartO, PartLse,
+    qk_scale, TILES, NSPLIT,
     s_q_t, s_q_h, s_k_s, s_k_h, s_v_s, s_v_h, s_t_r, s_o_t, s_o_h,
+    s_po_t, s_po_h, s_po_s, s_pl_t, s_pl_h,
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    UPCAST: tl.constexpr, PREC: tl.constexpr,
+    UPCAST: tl.constexpr, PREC: tl.constexpr, SPLIT: tl.constexpr,
 ):
     n = tl.program_id(0) // TILES
     mt = tl.program_id(0) % TILES
     h = tl.program_id(1)
+    sp = tl.program_id(2)
     q0 = tl.load(QoIndptr + n)
     nq = tl.load(QoIndptr + n + 1) - q0
     if mt * BLOCK_M < nq * G:
@@ -71,12 +115,21 @@ def _extend_kernel(
         tok_hi = tl.minimum((mt * BLOCK_M + BLOCK_M - 1) // G, nq - 1)
         full_hi = ((p + tok_lo + 1) // BLOCK_N) * BLOCK_N  # keys every row of the tile may see
         kv_hi = p + tok_hi + 1
+        if SPLIT:
+            # split sp of the request's keys [0, p + nq): equal BLOCK_N-aligned chunks, so no
+            # key tile straddles two splits; the tile's own causal limit clips the last ones
+            chunk = tl.cdiv(tl.cdiv(p + nq, NSPLIT), BLOCK_N) * BLOCK_N
+            lo = sp * chunk
+            hi = tl.minimum(lo + chunk, kv_hi)
+        else:
+            lo = 0
+            hi = kv_hi
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, D], tl.float32)
         k_base = K + h * s_k_h
         v_base = V + h * s_v_h
-        for pos in tl.range(0, full_hi, BLOCK_N):
+        for pos in tl.range(lo, tl.minimum(hi, full_hi), BLOCK_N):
             offs_n = pos + tl.arange(0, BLOCK_N)
             slots = tl.load(table + offs_n).to(tl.int64)
             k = tl.load(k_base + slots[:, None] * s_k_s + offs_d[None, :])
@@ -86,7 +139,7 @@ def _extend_kernel(
                 v = v.to(tl.float32)
             m_i, l_i, acc = online_softmax_step(q, k, v, m_i, l_i, acc, qk_scale, offs_n[None, :] < kv_hi,
                                                 False, PREC)
-        for pos in tl.range(full_hi, kv_hi, BLOCK_N):
+        for pos in tl.range(tl.maximum(lo, full_hi), hi, BLOCK_N):
             offs_n = pos + tl.arange(0, BLOCK_N)
             nmask = offs_n < kv_hi
             slots = tl.load(table + offs_n, mask=nmask, other=0).to(tl.int64)
@@ -97,9 +150,23 @@ def _extend_kernel(
                 v = v.to(tl.float32)
             valid = nmask[None, :] & (offs_n[None, :] <= qpos[:, None])
             m_i, l_i, acc = online_softmax_step(q, k, v, m_i, l_i, acc, qk_scale, valid, True, PREC)
-        o, _ = finish_rows(m_i, l_i, acc)
-        tl.store(O + (q0 + tok)[:, None].to(tl.int64) * s_o_t + hq[:, None] * s_o_h + offs_d[None, :],
-                 o.to(O.dtype.element_ty), mask=rmask[:, None])
+        o, lse2 = finish_rows(m_i, l_i, acc)
+        if SPLIT:
+            row = (q0 + tok).to(tl.int64)
+            tl.store(PartO + row[:, None] * s_po_t + hq[:, None] * s_po_h + sp * s_po_s + offs_d[None, :], o,
+                     mask=rmask[:, None])
+            tl.store(PartLse + row * s_pl_t + hq * s_pl_h + sp, lse2, mask=rmask)
+        else:
+            tl.store(O + (q0 + tok)[:, None].to(tl.int64) * s_o_t + hq[:, None] * s_o_h + offs_d[None, :],
+                     o.to(O.dtype.element_ty), mask=rmask[:, None])
+
+
+@triton.jit
+def _fold_extend_kernel(PartO, PartLse, O, Lse, NSPLIT,
+                        s_po_t, s_po_h, s_po_s, s_pl_t, s_pl_h, s_o_t, s_o_h, s_l_t, s_l_h,
+                        D: tl.constexpr, S_PAD: tl.constexpr):
+    _fold(PartO, PartLse, O, Lse, tl.program_id(0).to(tl.int64), tl.program_id(1), NSPLIT,
+          s_po_t, s_po_h, s_po_s, s_pl_t, s_pl_h, s_o_t, s_o_h, s_l_t, s_l_h, D, S_PAD)
 
 
 def extend(
@@ -107,11 +174,14 @@ def extend(
     rows: torch.Tensor,
     qo_indptr: torch.Tensor, prefix_len: torch.Tensor, sm_scale: float, out: torch.Tensor | None = None,
     max_qo_len: int | None = None, cfg: ExtendConfig | None = None,
+    max_kv_len: int | None = None, splits: int | None = None, policy: ExtendSplitPolicy | None = None,
 ) -> torch.Tensor:
     """Extend attention. q [T, Hq, d]; rows int32 [N]; qo_indptr int32 [N+1]; prefix_len int32
     [N]. Token i of request n (position prefix_len[n] + i) attends to positions
     [0, prefix_len[n] + i] of row rows[n]. `max_qo_len` (host bound on new tokens per request,
-    default T) sizes the grid without a device read. Returns o [T, Hq, d] in q's dtype."""
+    default T) sizes the grid without a device read. `splits` cuts each request's keys into that
+    many splits; left None, `extend_splits` picks it from `max_kv_len` (host bound on
+    prefix_len + new tokens; without it, 1). Returns o [T, Hq, d] in q's dtype."""
     cfg = cfg or ExtendConfig()
     hkv, d = check_cache(k_cache, v_cache)
     t, hq, dq = q.shape
@@ -126,13 +196,32 @@ def extend(
     if t == 0 or nreq == 0:
         return out
     tiles = triton.cdiv(max(1, max_qo_len if max_qo_len is not None else t) * g, cfg.block_m)
-    _extend_kernel[(nreq * tiles, hkv)](
-        q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_len, out,
-        sm_scale * LOG2E, tiles,
+    if splits is None:
+        splits = 1 if max_kv_len is None else extend_splits(
+            t, nreq, hq, hkv, d, max_kv_len, cfg.block_m, num_sms(q.device), policy)
+    if splits < 1:
+        raise ValueError(f"splits must be >= 1, got {splits}")
+    split = splits > 1
+    if split:
+        part_o = torch.empty(t, hq, splits, d, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(t, hq, splits, dtype=torch.float32, device=q.device)
+    else:
+        part_o = part_lse = out  # unused
+    _extend_kernel[(nreq * tiles, hkv, splits)](
+        q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_len, out, part_o, part_lse,
+        sm_scale * LOG2E, tiles, splits,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         slot_table.stride(0), out.stride(0), out.stride(1),
+        *(part_o.stride()[:3] if split else (0, 0, 0)), *(part_lse.stride()[:2] if split else (0, 0)),
         G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        UPCAST=upcast_flag(q), PREC=dot_precision(q),
+        UPCAST=upcast_flag(q), PREC=dot_precision(q), SPLIT=split,
         num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
+    if split:
+        lse = torch.empty(t, hq, dtype=torch.float32, device=q.device)  # the fold's LSE, unused
+        _fold_extend_kernel[(t, hq)](
+            part_o, part_lse, out, lse, splits,
+            *part_o.stride()[:3], *part_lse.stride()[:2], out.stride(0), out.stride(1), *lse.stride(),
+            D=d, S_PAD=next_pow2(splits),
+        )
     return out

@@ -20,6 +20,7 @@ _FIELD_HELP = {
                                  "re-reads per layer; None = 128 on CUDA (H200 fit), 0 on CPU",
     "num_slots": "explicit KV slot count (overrides kv_budget_gb / mem_fraction)",
     "fused_elementwise": "Triton kernels for residual add + RMSNorm, SiLU*up and RoPE on CUDA (CPU: torch)",
+    "extend_split_keys": "split the keys of small prefill steps behind long cached prefixes across programs",
 }
 
 

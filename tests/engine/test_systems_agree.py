@@ -65,3 +65,30 @@ def test_three_systems_agree_with_triton_kernels():
     assert outs["granikv"] == outs["paged"]
     att = engines["granikv"].stats()["attention"]
     assert att["dense_steps"] > 0 and att["cascade_steps"] > 0, att
+
+
+def test_three_systems_agree_with_split_key_extend(monkeypatch):
+    """The engine passes its host bounds to the extend kernel, which splits the keys of small
+    prefill steps (on an H200: under 2 waves of programs and >= 1024 keys). With the policy's
+    minimum split length lowered to 8 keys, the tiny model's late arrivals (a few tokens behind a
+    cached 20-33-token prefix) take the split path; the tokens must not change."""
+    import importlib
+
+    ext = importlib.import_module("granikv.kernels.extend")  # the package re-exports a function of that name
+    calls = []
+    real_policy, real_splits = ext.ExtendSplitPolicy, ext.extend_splits
+    monkeypatch.setattr(ext, "ExtendSplitPolicy", lambda: real_policy(min_split_len=8))
+
+    def spy(*a, **kw):
+        s = real_splits(*a, **kw)
+        calls.append(s)
+        return s
+
+    monkeypatch.setattr(ext, "extend_splits", spy)
+    prompts = multi_prefix_prompts(seed=1, prefix_lens=(20, 33), per_prefix=(3, 2))
+    outs, _ = _run_all(prompts, 4, kernel_impl="triton", late_after=2)
+    ref, _ = _run_all(prompts, 4, kernel_impl="torch", late_after=2)
+    assert max(calls) > 1, calls
+    assert outs["paged"] == ref["paged"]
+    assert outs["cascade"] == outs["paged"]
+    assert outs["granikv"] == outs["paged"]

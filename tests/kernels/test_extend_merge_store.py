@@ -23,10 +23,12 @@ from kernel_testutil import (
 from granikv.kernels import (
     DecodeConfig,
     ExtendConfig,
+    ExtendSplitPolicy,
     PrefixClasses,
     PrefixConfig,
     decode_paged,
     extend,
+    extend_splits,
     merge_lse_,
     prefix_cascade,
     store_kv,
@@ -69,7 +71,7 @@ def test_merge(dtype):
     assert torch.equal(oa2[1].to(dtype), oa[1])  # empty suffix returns the prefix side exactly
 
 
-def _extend_case(g_ratio, d, prefix, new, dtype, seed, cfg=SMALL_EXT):
+def _extend_case(g_ratio, d, prefix, new, dtype, seed, cfg=SMALL_EXT, splits=None):
     g = gen(seed)
     hkv = 2
     hq = hkv * g_ratio
@@ -88,7 +90,7 @@ def _extend_case(g_ratio, d, prefix, new, dtype, seed, cfg=SMALL_EXT):
     out = poisoned((t, hq, d), dtype)
     sm = d ** -0.5
     o = extend(q, k_cache, v_cache, table, rows, i32(indptr), i32(prefix), sm, out=out, max_qo_len=max(new),
-               cfg=cfg)
+               cfg=cfg, splits=splits)
     ref = extend_ref(q.float(), k_cache.float(), v_cache.float(), table, rows, i32(indptr), i32(prefix), sm)
     assert rel_err(o, ref) < TOL[dtype]
 
@@ -104,6 +106,61 @@ def test_extend_gqa(g_ratio, dtype):
 @pytest.mark.parametrize("d", [64, 128])
 def test_extend_single_request_default_config(d, dtype):
     _extend_case(4, d, [37], [21], dtype, seed=d, cfg=ExtendConfig(block_m=32, block_n=32, num_warps=4))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("splits", [2, 3, 8])
+def test_extend_split_keys_equal_reference(splits, dtype):
+    # long and short prefixes in one step (some splits of the short request are empty), a
+    # request with no new tokens, one with no prefix, odd lengths, more splits than key tiles
+    _extend_case(4, 64, [45, 3, 0, 70, 16], [9, 20, 5, 0, 1], dtype, seed=splits, splits=splits)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_extend_split_keys_single_request_default_tile(dtype):
+    _extend_case(4, 128, [97], [13], dtype, seed=11, cfg=ExtendConfig(block_m=32, block_n=32, num_warps=4),
+                 splits=5)
+
+
+def test_extend_splits_policy():
+    pol = ExtendSplitPolicy(target_waves=2.0, min_split_len=512, max_splits=32, workspace_bytes=64 << 20)
+    kw = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, block_m=128, sms=132, policy=pol)
+    # one 20-token request behind a 16K prefix: 1 tile x 8 KV heads; splits fill the GPU
+    assert extend_splits(20, 1, max_kv_len=16404, **kw) == 32
+    # three 160-token suffixes: 15 tiles x 8 heads = 120 programs -> 3 splits reach 264
+    assert extend_splits(480, 3, max_kv_len=16544, **kw) == 3
+    # a full prefill step already fills the GPU
+    assert extend_splits(8192, 50, max_kv_len=16544, **kw) == 1
+    # short contexts never split below min_split_len keys
+    assert extend_splits(20, 1, max_kv_len=700, **kw) == 1
+    assert extend_splits(20, 1, max_kv_len=2048, **kw) == 4
+    # the float32 partials stay within the workspace bound
+    small = ExtendSplitPolicy(workspace_bytes=4 << 20)
+    s = extend_splits(200, 2, max_kv_len=16544, **{**kw, "policy": small})
+    assert s >= 1 and 200 * 32 * s * 129 * 4 <= 4 << 20
+    assert extend_splits(0, 0, max_kv_len=0, **kw) == 1
+
+
+def test_extend_auto_splits_from_max_kv_len():
+    """The host bound alone turns splitting on (the engine's path): same result as one split."""
+    g = gen(5)
+    hkv, hq, d = 2, 8, 64
+    prefix, new = [600, 33], [3, 4]
+    totals = [p + n for p, n in zip(prefix, new)]
+    k_cache, v_cache = make_cache(sum(totals) + 8, hkv, d, torch.float32, g)
+    table = scattered_table(totals, sum(totals) + 8, g)
+    rows = i32([0, 1])
+    indptr = i32([0, 3, 7])
+    q = randn(7, hq, d, g=g, dtype=torch.float32)
+    pol = ExtendSplitPolicy(min_split_len=128)
+    assert extend_splits(7, 2, hq, hkv, d, max(totals), SMALL_EXT.block_m, 132, pol) > 1
+    auto = extend(q, k_cache, v_cache, table, rows, indptr, i32(prefix), d ** -0.5, max_qo_len=4, cfg=SMALL_EXT,
+                  max_kv_len=max(totals), policy=pol)
+    one = extend(q, k_cache, v_cache, table, rows, indptr, i32(prefix), d ** -0.5, max_qo_len=4, cfg=SMALL_EXT,
+                 splits=1)
+    ref = extend_ref(q, k_cache, v_cache, table, rows, indptr, i32(prefix), d ** -0.5)
+    assert rel_err(auto, ref) < TOL[torch.float32]
+    assert rel_err(one, ref) < TOL[torch.float32]
 
 
 @pytest.mark.gpu

@@ -1,0 +1,305 @@
+"""Extend (prefill) attention at the shapes of serving steps: one split vs key splits.
+
+    python -m harness.microbench.extend_steps                 # GPU: Llama-3.1-8B heads, bf16
+    python -m harness.microbench.extend_steps --device cpu    # dry run: tiny shapes, interpreter
+
+Why: in a ShareGPT run behind a long shared prefix, requests reach the engine a few at a time,
+so most extend steps prefill 1-3 suffixes of ~20-300 tokens; with G=4 query heads packed per KV
+head that is 1-15 query tiles x 8 KV heads, i.e. 8-120 programs on 132 SMs, each walking the
+whole cached prefix alone. In the session-7 H200 cells at Lp=16K, B=256, extend steps of 58-200
+tokens from 2-3 requests took 31-40 ms each (`engine.step_log.extend.recent`), against ~3.6 ms
+for reading the weights once. For each case (n requests x `new` tokens behind an Lp-token prefix, scattered slots) this
+times the extend kernel with one split and with the splits `extend_splits` picks (`--splits`
+adds fixed counts, to tune ExtendSplitPolicy), and reports
+the floor max(FLOPs / 779 TFLOP/s, bytes / 4.48 TB/s) of DESIGN §8 and the fraction reached.
+FLOPs = 4 Hq d x (keys each new token sees); bytes = the K/V of every request read once + q, o.
+Times are medians of CUDA-graph replays with the L2 flushed (_timing.py). Records:
+{"Lp", "n", "new", "splits", "us", "TFLOPs", "floor_us", "frac_of_floor", "rel_err"}.
+
+`--engine` times whole extend steps of the engine instead (`Engine.step()` wall time, CUDA
+synchronized, and a torch.profiler window of the same step for its GPU-busy time): for each case,
+n requests of `new` fresh tokens behind an Lp-token prefix the engine has cached, one extend step
+each, `--reps` times, with `extend_split_keys` on and off. The step's host share (1 - busy/wall)
+says how much of a small extend step is launch and Python work rather than kernels. Records:
+{"mode": "engine", "system", "Lp", "n", "new", "split", "step_ms", "gpu_busy_ms", "host_share"}.
+
+On CPU (no CUDA, or --device cpu) the kernels run in the Triton interpreter on tiny shapes:
+the numbers only prove the script runs; nothing is written unless --out is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+GEMM_TFLOPS = 779.0  # measured bf16 GEMM ceiling on the H200 (DESIGN §8)
+READ_TBPS = 4.48  # measured cuDNN decode read bandwidth on the H200
+
+
+def _setup(device: str) -> None:
+    if device == "cpu":  # before granikv.kernels (triton.jit reads it at decoration time)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _case(lp: int, n: int, new: int, hq: int, hkv: int, d: int, dtype, dev, gen) -> dict:
+    total = lp + new
+    slots = n * total
+    # drawn on the device (a 64 x 16K case is 2 x 1M x 8 x 128 values)
+    k = torch.randn(slots, hkv, d, generator=gen, device=dev, dtype=dtype)
+    v = torch.randn(slots, hkv, d, generator=gen, device=dev, dtype=dtype)
+    table = torch.randperm(slots, generator=gen, device=dev).to(torch.int32).view(n, total)
+    q = torch.randn(n * new, hq, d, generator=gen, device=dev, dtype=dtype)
+    i32 = {"dtype": torch.int32, "device": dev}
+    return {
+        "k": k, "v": v, "table": table, "q": q, "out": torch.empty_like(q),
+        "rows": torch.arange(n, **i32), "indptr": torch.arange(0, n * new + 1, new, **i32),
+        "prefix": torch.full((n,), lp, **i32),
+    }
+
+
+def _cost(lp: int, n: int, new: int, hq: int, hkv: int, d: int, elt: int) -> tuple[float, float]:
+    keys = n * sum(lp + i + 1 for i in range(new))
+    flops = 4.0 * hq * d * keys
+    nbytes = n * (lp + new) * 2 * hkv * d * elt + 2 * n * new * hq * d * elt
+    return flops, nbytes
+
+
+def run(args) -> list[dict]:
+    from granikv.kernels import ExtendConfig, ExtendSplitPolicy, extend, extend_splits
+    from granikv.kernels._common import num_sms
+    from granikv.kernels.ref import extend_ref
+    from harness.microbench._timing import bench
+
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    elt = torch.empty((), dtype=dtype).element_size()
+    cfg = ExtendConfig() if dev.type == "cuda" else ExtendConfig(block_m=16, block_n=16, num_warps=4, num_stages=2)
+    policy = ExtendSplitPolicy(min_split_len=args.min_split_len)
+    hq, hkv, d = args.heads
+    sms = num_sms(dev)
+    gen = torch.Generator(device=dev).manual_seed(0)
+    sm = d ** -0.5
+    records: list[dict] = []
+    for lp in args.lp:
+        for n, new in args.cases:
+            c = _case(lp, n, new, hq, hkv, d, dtype, dev, gen)
+            auto = extend_splits(n * new, n, hq, hkv, d, lp + new, cfg.block_m, sms, policy)
+            flops, nbytes = _cost(lp, n, new, hq, hkv, d, elt)
+            floor_us = max(flops / (GEMM_TFLOPS * 1e12), nbytes / (READ_TBPS * 1e12)) * 1e6
+            ref = None
+            if n * new * (lp + new) <= args.check_limit:
+                ref = extend_ref(c["q"].float(), c["k"].float(), c["v"].float(), c["table"], c["rows"],
+                                 c["indptr"], c["prefix"], sm)
+            for splits in sorted({auto if x == "auto" else int(x) for x in args.splits}):
+                def fn(splits=splits, c=c, new=new):
+                    return extend(c["q"], c["k"], c["v"], c["table"], c["rows"], c["indptr"], c["prefix"], sm,
+                                  out=c["out"], max_qo_len=new, cfg=cfg, splits=splits, policy=policy)
+
+                t = bench(fn, rep_ms=args.rep_ms)
+                rel = None
+                if ref is not None:
+                    fn()
+                    rel = float((c["out"].float() - ref).norm() / ref.norm().clamp_min(1e-30))
+                rec = {"Lp": lp, "n": n, "new": new, "splits": splits, "auto_splits": auto, "us": round(t.us, 2),
+                       "p20_us": round(t.p20_us, 2), "p80_us": round(t.p80_us, 2), "graphed": t.graphed,
+                       "TFLOPs": round(flops / (t.us * 1e-6) / 1e12, 1), "floor_us": round(floor_us, 2),
+                       "frac_of_floor": round(floor_us / t.us, 3), "rel_err": rel,
+                       "Hq": hq, "Hkv": hkv, "d": d, "dtype": str(dtype).removeprefix("torch.")}
+                records.append(rec)
+                print(f"  Lp={lp:6d} n={n:3d} new={new:4d} splits={splits:2d}: {t.us:9.1f} us "
+                      f"{rec['TFLOPs']:6.1f} TFLOP/s, floor {floor_us:8.1f} us ({rec['frac_of_floor']:.2f})"
+                      + (f", rel err {rel:.1e}" if rel is not None else ""), flush=True)
+    return records
+
+
+def run_engine(args) -> list[dict]:
+    """Whole extend steps of the engine at the kernel cases' shapes, splits on and off."""
+    import random
+    import statistics
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from granikv.config import EngineConfig
+    from granikv.engine.engine import Engine
+    from granikv.engine.request import SamplingParams
+    from granikv.model.spec import load_spec
+    from granikv.model.weights import load_model
+    from harness.microbench.engine_steps import busy_and_span_ms, sync
+
+    dev = torch.device(args.device)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    spec = load_spec(args.model)
+    max_ctx = max(args.lp) + max(new for _, new in args.cases) + 64
+    model = load_model(spec, None, "dummy", None, 0, dtype, dev, max_positions=max_ctx)
+    one = SamplingParams(max_new_tokens=1, ignore_eos=True)
+    rng = random.Random(0)
+    records: list[dict] = []
+    for split in (True, False):
+        cfg = EngineConfig(model=args.model, device=args.device, system=args.system, max_context=max_ctx,
+                           max_running=max(8, max(n for n, _ in args.cases)), cuda_graphs=False,
+                           capture_at_start=False, min_prefix_for_hot=min(args.lp), extend_split_keys=split,
+                           kernel_impl="triton", kv_budget_gb=16.0 if dev.type == "cuda" else None)
+        eng = Engine(cfg, model=model)
+        for lp in args.lp:
+            prefix = [rng.randrange(spec.vocab_size) for _ in range(lp)]
+            _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
+                          for p in _fresh(prefix, 1, 16, spec.vocab_size, rng)])  # caches the prefix
+            for n, new in args.cases:
+                # warm-up: this shape's first launch
+                _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
+                              for p in _fresh(prefix, n, new, spec.vocab_size, rng)])
+                times, shapes = [], []
+                for _ in range(args.reps):
+                    reqs = [eng.add_request(p, one, shared_prefix_len=lp)
+                            for p in _fresh(prefix, n, new, spec.vocab_size, rng)]
+                    sync()
+                    t0 = time.perf_counter()
+                    eng.step()
+                    sync()
+                    times.append((time.perf_counter() - t0) * 1e3)
+                    shapes.append(tuple(eng.step_log.extend.recent[-1][:2]))
+                    _finish(eng, reqs)
+                reqs = [eng.add_request(p, one, shared_prefix_len=lp)
+                        for p in _fresh(prefix, n, new, spec.vocab_size, rng)]
+                sync()
+                with profile(activities=[ProfilerActivity.CPU]
+                             + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])) as prof:
+                    t0 = time.perf_counter()
+                    eng.step()
+                    sync()
+                    wall = (time.perf_counter() - t0) * 1e3
+                busy, _ = busy_and_span_ms(prof) if dev.type == "cuda" else (0.0, 0.0)
+                _finish(eng, reqs)
+                rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n, "new": new,
+                       "split": split, "reps": args.reps, "step_ms": round(statistics.median(times), 3),
+                       "step_ms_min": round(min(times), 3), "step_shapes": sorted(set(shapes)),
+                       "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
+                       "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None}
+                records.append(rec)
+                print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} split={split!s:5}: "
+                      f"step {rec['step_ms']:8.2f} ms (shapes {rec['step_shapes']}), GPU busy {busy:7.2f} ms "
+                      f"of {wall:7.2f}", flush=True)
+        del eng  # its KV cache, before the next engine sizes its own
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return records
+
+
+def _fresh(prefix: list[int], n: int, new: int, vocab: int, rng) -> list[list[int]]:
+    """n prompts: the cached prefix + `new` random tokens each (no reuse between them)."""
+    return [prefix + [rng.randrange(vocab) for _ in range(new)] for _ in range(n)]
+
+
+def _finish(eng, reqs) -> None:
+    from granikv.engine.request import Status
+
+    while any(r.status != Status.FINISHED for r in reqs):
+        eng.step()
+
+
+def engine_table(records: list[dict]) -> str:
+    """Markdown: extend step ms with and without key splits, and the GPU-busy share."""
+    by = {(r["Lp"], r["n"], r["new"], r["split"]): r for r in records if r.get("mode") == "engine"}
+    lines = ["| Lp | n x new | step ms, no split | step ms, split | GPU busy ms (no split / split) |",
+             "|---|---|---|---|---|"]
+    for (lp, n, new, split), r in by.items():
+        if split or (lp, n, new, True) not in by:
+            continue
+        s = by[(lp, n, new, True)]
+        lines.append(f"| {lp} | {n} x {new} | {r['step_ms']:.2f} | {s['step_ms']:.2f} | "
+                     f"{r['gpu_busy_ms']:.2f} / {s['gpu_busy_ms']:.2f} |")
+    return "\n".join(lines)
+
+
+def table(records: list[dict], num_layers: int) -> str:
+    """Markdown: one split vs the chosen splits per case, and the saving per step (x layers)."""
+    by = {(r["Lp"], r["n"], r["new"], r["splits"]): r for r in records}
+    lines = ["| Lp | n x new | 1 split µs | splits | split µs | speedup | floor µs | frac of floor | "
+             f"saving ms/step (x{num_layers}) |", "|---|---|---|---|---|---|---|---|---|"]
+    for (lp, n, new, s), one in by.items():
+        if s != 1:
+            continue
+        auto = by.get((lp, n, new, one["auto_splits"]), one)
+        lines.append(f"| {lp} | {n} x {new} | {one['us']:.1f} | {auto['splits']} | {auto['us']:.1f} | "
+                     f"{one['us'] / auto['us']:.2f} | {one['floor_us']:.1f} | {auto['frac_of_floor']:.2f} | "
+                     f"{(one['us'] - auto['us']) * num_layers / 1e3:.2f} |")
+    return "\n".join(lines)
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in text.split(","):
+        n, _, new = item.partition("x")
+        out.append((int(n), int(new)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                    help="cuda (measurement) or cpu (dry run under the Triton interpreter)")
+    ap.add_argument("--lp", default=None, help="cached prefix lengths (default 2048,16384; cpu: 96)")
+    ap.add_argument("--cases", default=None,
+                    help="NxNEW requests x new tokens (default 1x20,1x160,3x160,8x160,16x160,64x256; cpu: 1x5,2x7)")
+    ap.add_argument("--heads", default=None, help="Hq,Hkv,d (default 32,8,128; cpu: 8,2,64)")
+    ap.add_argument("--min-split-len", type=int, default=None,
+                    help="ExtendSplitPolicy.min_split_len (default the policy's 512; cpu: 32)")
+    ap.add_argument("--splits", default="1,auto",
+                    help="split counts to time per case: integers and/or 'auto' (the policy's pick)")
+    ap.add_argument("--layers", type=int, default=32, help="layers per step, for the per-step saving")
+    ap.add_argument("--check-limit", type=int, default=64 * 160 * 16544,
+                    help="check against the float32 reference when n*new*(Lp+new) is at most this")
+    ap.add_argument("--rep-ms", type=int, default=100)
+    ap.add_argument("--engine", action="store_true", help="time whole engine extend steps (see above)")
+    ap.add_argument("--model", default=None, help="--engine: model shapes (default llama-3.1-8b; cpu: tiny)")
+    ap.add_argument("--system", default="granikv", help="--engine: paged | cascade | granikv")
+    ap.add_argument("--reps", type=int, default=5, help="--engine: timed extend steps per case")
+    ap.add_argument("--out", default=None,
+                    help="result JSON (default results/h200/microbench/extend-steps.json on cuda; none on cpu)")
+    args = ap.parse_args(argv)
+    cpu = args.device == "cpu"
+    if not cpu and not torch.cuda.is_available():
+        print("extend_steps: no CUDA device (use --device cpu for a dry run)", file=sys.stderr)
+        return 2
+    _setup(args.device)
+    args.lp = [int(x) for x in (args.lp or ("96" if cpu else "2048,16384")).split(",")]
+    args.cases = _pairs(args.cases or ("1x5,2x7" if cpu else "1x20,1x160,3x160,8x160,16x160,64x256"))
+    args.splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    args.heads = tuple(int(x) for x in (args.heads or ("8,2,64" if cpu else "32,8,128")).split(","))
+    if args.min_split_len is None:
+        from granikv.kernels import ExtendSplitPolicy
+
+        args.min_split_len = 32 if cpu else ExtendSplitPolicy().min_split_len
+    if cpu:
+        print("CPU dry run (Triton interpreter, wall clock): the numbers are not measurements")
+    from harness.microbench._timing import env_info
+
+    if args.engine:
+        args.model = args.model or ("tiny" if cpu else "llama-3.1-8b")
+        records = run_engine(args)
+        print(engine_table(records))
+    else:
+        records = run(args)
+        print(table(records, args.layers))
+    bad = [r for r in records if r.get("rel_err") is not None and r["rel_err"] > 2e-2]
+    default_out = "results/h200/microbench/extend-steps" + ("-engine" if args.engine else "") + ".json"
+    out = args.out or (None if cpu else default_out)
+    if out:
+        doc = {"env": env_info(), "config": {k: v for k, v in vars(args).items()}, "records": records}
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {out}")
+    if bad:
+        print(f"extend_steps: {len(bad)} case(s) off the float32 reference", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
