@@ -358,3 +358,31 @@ def test_paged_alpha_is_its_attention_time_times_the_prefix_share_of_the_context
     assert tables._paged_prefix_share(prof, 100.0, 1000) == pytest.approx(0.4)
     assert tables._paged_prefix_share(prof, 100.0, 10**6) == pytest.approx(0.8)  # capped at all of it
     assert tables._paged_prefix_share(prof.iloc[0:0], 100.0, 1000) is None
+
+
+def test_readme_headline_block_is_rendered_from_committed_results():
+    """The README's headline table is what `harness.tables --readme` renders from results/h200 now
+    (re-render after committing results: `python -m harness.tables --results results/h200
+    --out tables/h200 --readme README.md`)."""
+    from harness.results import load_results
+    from harness.tables import README_BEGIN, README_END, build_table, render_headline
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "README.md").read_text(encoding="utf-8")
+    block = text[text.index(README_BEGIN) + len(README_BEGIN) + 1:text.index(README_END)]
+    assert block == render_headline(build_table(3, load_results(root / "results" / "h200")))
+
+
+def test_update_readme_replaces_only_the_marked_block(tmp_path):
+    from harness.tables import README_BEGIN, README_END, update_readme
+
+    f = tmp_path / "README.md"
+    f.write_text(f"intro\n{README_BEGIN}\nold\n{README_END}\noutro\n")
+    assert update_readme(f, "| a |\n")
+    assert f.read_text() == f"intro\n{README_BEGIN}\n| a |\n{README_END}\noutro\n"
+    assert not update_readme(f, "| a |\n")
+    g = tmp_path / "plain.md"
+    g.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        update_readme(g, "x")
+    assert g.read_text() == "no markers\n"
