@@ -83,3 +83,4 @@ def test_a_threshold_no_class_meets_sends_every_step_down_the_plain_path_with_th
                 assert att["paged_steps"] == att["decode_steps"] > 0, att
                 assert eng.stats()["hot_admits"] > 0  # the prefixes still sit in HOT slabs
     assert outs["granikv"] == outs["paged"] == outs["granikv-plain"]
+
