@@ -16,6 +16,12 @@ where the ShareGPT package and the tokenizer are installed, and carried there co
     python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \
         --where lp=2048 --where batch=128,512 --missing results/h200
 
+    # here, when a call of re-measured cells (lists with overwrite=true) is back and before its
+    # tarball is extracted: move the result files they replace into a history folder (git mv
+    # when tracked), then extract, and say why in the history README
+    python -m harness.batch supersede scripts/gpu-batches/s8-call1.txt \
+        --into results/h200/history/table9-before-extend-splits
+
 A cell list: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
 A cell that fails is reported and the batch goes on; its log is kept in the tarball.
 """
@@ -97,6 +103,38 @@ def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     return list(done.values())
 
 
+def supersede(cells: list[list[str]], into: Path, results_root: Path,
+              dry_run: bool = False) -> list[tuple[Path, Path]]:
+    """Move the existing result file of each listed cell into `into` (git mv when the file is
+    tracked, a plain move otherwise), so re-measured cells replace it without losing it.
+    Result paths are resolved as the cell would write them, under `results_root` (the repo's
+    results/ by default) instead of the list's `results_dir`. Returns the (from, to) pairs."""
+    from harness.cell import result_path
+
+    moves = []
+    for ov in cells:
+        cfg = compose([o for o in ov if not o.startswith(("results_dir=", "overwrite="))])
+        src = results_root / result_path(cfg).relative_to(Path(cfg.results_dir))
+        if not src.exists():
+            continue
+        dst = into / src.name
+        if dst.exists():
+            raise FileExistsError(f"{dst} exists: pick another history folder")
+        moves.append((src, dst))
+    if dry_run:
+        return moves
+    into.mkdir(parents=True, exist_ok=True)
+    for src, dst in moves:
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
+                                 capture_output=True).returncode == 0
+        if tracked:
+            subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
+        else:
+            shutil.move(str(src), str(dst))
+        print(f"{src} -> {dst}{' (git mv)' if tracked else ''}", flush=True)
+    return moves
+
+
 def unpack(carry: Path, workloads: Path) -> None:
     workloads.mkdir(parents=True, exist_ok=True)
     for xz in sorted(carry.glob("*.jsonl.xz")):
@@ -167,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="tar the new result files and the logs into this file at the end (lent machines "
                         "return few, small files: the cells' .run folders are left out unless --tar-runs)")
     r.add_argument("--tar-runs", action="store_true", help="also tar the cells' .run folders")
+    sp = sub.add_parser("supersede", help="move the listed cells' existing result files into a history folder")
+    sp.add_argument("cells", type=Path)
+    sp.add_argument("--into", type=Path, required=True, help="e.g. results/h200/history/<why>")
+    sp.add_argument("--results", type=Path, default=ROOT / "results", help="results root the cells wrote to")
+    sp.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
     u = sub.add_parser("unpack", help="only unpack the carried workloads into workloads/ (on the GPU host)")
     u.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
     ln = sub.add_parser("lines", help="print a sweep's cell lines (filtered) for a cell list")
@@ -184,6 +227,16 @@ def main(argv: list[str] | None = None) -> int:
     cells = read_cells(args.cells)
     if args.cmd == "prepare":
         prepare(cells, args.carry)
+        return 0
+    if args.cmd == "supersede":
+        try:
+            moves = supersede(cells, args.into, args.results, dry_run=args.dry_run)
+        except FileExistsError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        for src, dst in moves if args.dry_run else []:
+            print(f"would move {src} -> {dst}")
+        print(f"{len(moves)} of {len(cells)} cells had a result file", flush=True)
         return 0
     unpack(args.carry, ROOT / "workloads")
     started = time.time()

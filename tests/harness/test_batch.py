@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from harness import batch
 
 
@@ -63,3 +65,23 @@ def test_tar_new_keeps_new_results_and_leaves_out_run_folders(tmp_path):
         assert "results/h200/table9/old.json" not in names
         assert "batch-logs/cell00.log" in names
         assert ("results/h200/table9/cell.run/server.log" in names) == want_run
+
+
+def test_supersede_moves_the_result_files_a_list_would_overwrite(tmp_path):
+    cells = [["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", f"system={s}", "lp=512", "batch=256",
+              "rep=1", "sweep=table9", "hardware=h200", "results_dir=results", "overwrite=true"]
+             for s in ("paged", "granikv")]
+    res = tmp_path / "results"
+    old = res / "h200" / "table9" / "paged-llama-3.1-8b-tp1-sharegpt-lp512-b256-k1-r1.json"
+    old.parent.mkdir(parents=True)
+    old.write_text('{"old": true}')
+    into = res / "h200" / "history" / "why"
+    assert batch.supersede(cells, into, res, dry_run=True) == [(old, into / old.name)]
+    assert old.exists()  # a dry run moves nothing
+    moves = batch.supersede(cells, into, res)
+    assert moves == [(old, into / old.name)] and not old.exists()  # the granikv cell had no file
+    assert (into / old.name).read_text() == '{"old": true}'
+    old.write_text("{}")
+    with pytest.raises(FileExistsError):  # never overwrite an earlier superseded file
+        batch.supersede(cells, into, res)
+    assert old.exists()
