@@ -16,6 +16,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -63,6 +64,18 @@ def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25, grap
     q = triton.testing.do_bench(target, warmup=warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
     p20, med, p80 = (x * 1e3 for x in q)
     return Timing(med, p20, p80, graphed)
+
+
+def write_result(out: str | Path, config: dict, records: list[dict]) -> Path:
+    """Write a microbenchmark's result file: {"env", "config", "records"} (what
+    harness.results loads); returns its path."""
+    import json
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"env": env_info(), "config": config, "records": records}, indent=1) + "\n")
+    print(f"wrote {path}")
+    return path
 
 
 def env_info() -> dict:

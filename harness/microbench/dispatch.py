@@ -27,7 +27,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -49,7 +48,7 @@ def run(args) -> dict:
     from granikv.config import EngineConfig
     from granikv.engine.engine import Engine
     from granikv.engine.request import SamplingParams
-    from harness.microbench.engine_steps import make_prompts, sync
+    from harness.microbench.engine_steps import make_prompts, prefill_all, sync
     from harness.profile import host_phase_ms, kernel_events
 
     cuda = args.device == "cuda"
@@ -62,8 +61,7 @@ def run(args) -> dict:
     params = SamplingParams(max_new_tokens=MAX_NEW, ignore_eos=True)
     for p in prompts:
         eng.add_request(p, params, shared_prefix_len=args.lp)
-    while eng.scheduler.waiting or any(r.kv_len < r.prefill_target for r in eng.scheduler.running):
-        eng.step()
+    prefill_all(eng)
     for _ in range(args.warmup_steps):  # graph capture for this bucket and plan, if not at start
         eng.step()
     sync()
@@ -132,16 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     args.kernel_impl = args.kernel_impl or ("torch" if cpu else "triton")
     if cpu:
         print("CPU dry run (torch kernels, wall clock): the numbers are not measurements")
-    from harness.microbench._timing import env_info
+    from harness.microbench._timing import write_result
 
     rec = run(args)
     print(json.dumps({k: v for k, v in rec.items() if k not in ("graphs", "host_phase_ms_per_step")}))
     out = args.out or (None if cpu else "results/h200/microbench/dispatch.json")
     if out:
-        doc = {"env": env_info(), "config": vars(args), "records": [rec]}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_result(out, dict(vars(args)), [rec])
     return 0
 
 

@@ -23,10 +23,8 @@ clock: they only prove the script runs; nothing is written unless --out is given
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 
@@ -190,17 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         args.max_positions = min(args.max_positions, 512)
         print("CPU dry run (Triton interpreter, wall clock): the numbers are not measurements")
     from granikv.model.spec import load_spec
-    from harness.microbench._timing import env_info
+    from harness.microbench._timing import write_result
 
     records = run(args)
     num_layers = load_spec(args.model).num_layers
     print(table(records, num_layers))
     out = args.out or (None if cpu else "results/h200/microbench/elementwise.json")
     if out:
-        doc = {"env": env_info(), "config": {k: v for k, v in vars(args).items()}, "records": records}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(doc, indent=1))
-        print(f"wrote {out}")
+        write_result(out, dict(vars(args)), records)
     return 0
 
 

@@ -71,6 +71,13 @@ def make_prompts(b: int, lp: int, vocab: int, seed: int = 0) -> list[list[int]]:
     return [prefix + [rng.randrange(vocab) for _ in range(rng.randint(16, 512))] for _ in range(b)]
 
 
+def prefill_all(eng: Engine) -> None:
+    """Step the engine until every admitted request has its prompt prefilled (decode steps of
+    the requests that are done run meanwhile, as in serving)."""
+    while eng.scheduler.waiting or any(r.kv_len < r.prefill_target for r in eng.scheduler.running):
+        eng.step()
+
+
 def busy_and_span_ms(prof) -> tuple[float, float]:
     """(GPU-busy ms, window ms) of a profiler session: the union of GPU activity intervals
     (record_function ranges mirrored on the GPU timeline are not activity; harness.profile
@@ -94,8 +101,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     reqs = [eng.add_request(p, params, shared_prefix_len=lp) for p in prompts]
     sync()
     t0 = time.perf_counter()
-    while eng.scheduler.waiting or any(r.kv_len < r.prefill_target for r in eng.scheduler.running):
-        eng.step()
+    prefill_all(eng)
     sync()
     prefill_s = time.perf_counter() - t0
     for _ in range(8):  # warm-up: graph capture for this bucket/plan

@@ -30,11 +30,9 @@ the numbers only prove the script runs; nothing is written unless --out is given
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -278,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         args.min_split_len = 32 if cpu else ExtendSplitPolicy().min_split_len
     if cpu:
         print("CPU dry run (Triton interpreter, wall clock): the numbers are not measurements")
-    from harness.microbench._timing import env_info
+    from harness.microbench._timing import write_result
 
     if args.engine:
         args.model = args.model or ("tiny" if cpu else "llama-3.1-8b")
@@ -291,10 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     default_out = "results/h200/microbench/extend-steps" + ("-engine" if args.engine else "") + ".json"
     out = args.out or (None if cpu else default_out)
     if out:
-        doc = {"env": env_info(), "config": {k: v for k, v in vars(args).items()}, "records": records}
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_result(out, dict(vars(args)), records)
     if bad:
         print(f"extend_steps: {len(bad)} case(s) off the float32 reference", file=sys.stderr)
         return 1
