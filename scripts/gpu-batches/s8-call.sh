@@ -10,6 +10,11 @@ N=${1:?usage: s8-call.sh N}
 B=${BUDGET_S:-560}
 if [[ ${MICRO:-0} == 1 ]]; then  # one tarball back: the device returns at most 8 files
   M=results/h200/microbench
+  # the key-split extend kernel has not run on a GPU before this call: its bf16 tests first,
+  # and no cells on a kernel that disagrees with the float32 reference
+  timeout 180 python -m pytest -q -p no:cacheprovider -m gpu tests/kernels/test_extend_merge_store.py \
+      -x --timeout 150 > "$OUT/extend-gpu-tests.log" 2>&1 || { tail -30 "$OUT/extend-gpu-tests.log"; exit 1; }
+  tail -1 "$OUT/extend-gpu-tests.log"
   timeout 150 python -m harness.microbench.extend_steps --splits 1,auto,4,8,16,32 \
       --out $M/extend-steps.json > $M/extend-steps.log 2>&1
   timeout 200 python -m harness.microbench.extend_steps --engine --lp 512,16384 \
