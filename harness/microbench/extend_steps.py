@@ -103,7 +103,7 @@ def run(args) -> list[dict]:
                 rel = None
                 if ref is not None:
                     fn()
-                    rel = float((c["out"].float() - ref).norm() / ref.norm().clamp_min(1e-30))
+                    rel = float((c["out"].cpu().double() - ref).norm() / ref.norm().clamp_min(1e-30))  # ref: CPU
                 rec = {"Lp": lp, "n": n, "new": new, "splits": splits, "auto_splits": auto, "us": round(t.us, 2),
                        "p20_us": round(t.p20_us, 2), "p80_us": round(t.p80_us, 2), "graphed": t.graphed,
                        "TFLOPs": round(flops / (t.us * 1e-6) / 1e12, 1), "floor_us": round(floor_us, 2),

@@ -23,6 +23,13 @@ if [[ ${MICRO:-0} == 1 ]]; then  # one tarball back: the device returns at most 
   tar -czf "$OUT/micro.tar.gz" $M/extend-steps* $M/dispatch.* 2>/dev/null
   tail -12 $M/extend-steps.log; tail -8 $M/extend-steps-engine.log; tail -2 $M/dispatch.log
 fi
+if [[ ${KERNEL_MICRO:-0} == 1 ]]; then  # the kernel cases alone (call 4: call 1's crashed)
+  M=results/h200/microbench
+  timeout 150 python -m harness.microbench.extend_steps --splits 1,auto,4,8,16,32 \
+      --out $M/extend-steps.json > $M/extend-steps.log 2>&1
+  tar -czf "$OUT/micro-kernel.tar.gz" $M/extend-steps.json $M/extend-steps.log 2>/dev/null
+  tail -40 $M/extend-steps.log
+fi
 if [[ ${GPU_TESTS:-0} == 1 ]]; then
   timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests --ignore tests/engine/test_tp_gpu.py -n 4 \
       --timeout 150 -rf > "$OUT/gpu-tests.log" 2>&1
