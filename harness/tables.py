@@ -20,9 +20,10 @@ Where our numbers come from
 Serving cells are `results/<hw>/<sweep>/<cell>.json` (DESIGN §7). Each table reads the sweeps
 listed in `TABLE_SPECS[n].sweeps`, in order: for each paper row the *first* sweep holding any
 cell for that row's configuration supplies all systems of that row (so a ratio never mixes two
-runs). Reps (`config.rep`) are averaged (the paper prints 3-rep means); ratios are ratios of the
-means. Cells are matched on config keys only (`model`, `tp`, `lp`, `batch`, `k`,
-`hot_fraction`, `cold_page_size`), never on the workload name.
+runs). Reps (`config.rep`) are averaged (the paper prints 3-rep means) over the reps that hold
+every system of the row (`complete_reps`); ratios are ratios of the means. Cells are matched on
+config keys only (`model`, `tp`, `lp`, `batch`, `k`, `hot_fraction`, `cold_page_size`), never on
+the workload name.
 
 - 3: `table3`, then `table9/10/11`. Rows (model, TP, Lp) at B=256; SGL/SGL-C/GKV
   `metrics.output_throughput`, ratios GKV/SGL and GKV/SGL-C.
@@ -212,8 +213,24 @@ def _scale(v: float | None, factor: float) -> float | None:
     return None if v is None else v * factor
 
 
+def complete_reps(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells of the reps that hold every one of paged/cascade/granikv present in `cells`.
+
+    Why: a ratio is GraniKV over a baseline measured in the same run. When one system of a rep
+    is missing (a device call ran out of time), averaging each system over its own reps would
+    set a baseline's rep 2 against GraniKV's reps 0-1; the incomplete rep is left out instead.
+    When no rep is complete (e.g. only GraniKV ran that point) every cell is kept."""
+    if "config.rep" not in cells.columns or not len(cells):
+        return cells
+    reps = pd.to_numeric(cells["config.rep"], errors="coerce").fillna(0).astype(int)
+    systems = set(cells["variant"]) & {"paged", "cascade", "granikv"}  # not the extra variants
+    complete = [r for r in sorted(set(reps)) if systems <= set(cells.loc[reps == r, "variant"])]
+    return cells[reps.isin(complete)] if complete else cells
+
+
 def system_block(cells: pd.DataFrame) -> dict[str, Any]:
     """SGL/SGL-C/GKV throughput, TPOT, TTFT and the GKV ratios of one configuration."""
+    cells = complete_reps(cells)
     out: dict[str, Any] = {}
     for prefix, system in SYSTEM_OF_PREFIX.items():
         out[f"{prefix}_tok_s"] = mean_of(cells, TOK, system=system)
@@ -335,6 +352,7 @@ def _profile(number: int) -> Ours:
         model, tp = parse_config(t.meta["config"])
         cells = select(res, TABLE_SPECS[number].sweeps, model=model, tp=tp, lp=t.meta["Lp"],
                        batch=t.meta["B"])
+        cells = complete_reps(cells)
         column = f"profile.{_PROFILE_CATEGORY[row['category']]}_ms"
         return {f"{p}_ms": mean_of(cells, column, system=s) for p, s in SYSTEM_OF_PREFIX.items()}
 

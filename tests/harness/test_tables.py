@@ -132,6 +132,27 @@ def test_table3_means_over_reps_and_ratios(results):
     assert r16["x_SGL"].ours == pytest.approx(2.0) and r16["x_SGL-C"].ours == pytest.approx(1000 / 900)
 
 
+def test_a_rep_missing_a_system_is_left_out_of_every_mean():
+    """Ratios come from one run: a rep whose GraniKV cell is missing must not lift paged's mean."""
+    import pandas as pd
+
+    rows = [("paged", 0, 100.0), ("granikv", 0, 200.0), ("cascade", 0, 150.0),
+            ("paged", 1, 110.0), ("granikv", 1, 220.0), ("cascade", 1, 160.0),
+            ("paged", 2, 500.0), ("cascade", 2, 900.0),  # rep 2: no granikv cell
+            ("granikv_cascade", 0, 180.0)]  # an extra variant, measured once, never required
+    cells = pd.DataFrame([{"variant": v, "config.rep": r, tables.TOK: x} for v, r, x in rows])
+    kept = tables.complete_reps(cells)
+    assert sorted(set(kept["config.rep"])) == [0, 1]
+    assert "granikv_cascade" in set(kept["variant"])
+    block = tables.system_block(cells)
+    assert block["SGL_tok_s"] == pytest.approx(105.0) and block["GKV_tok_s"] == pytest.approx(210.0)
+    assert block["x_SGL"] == pytest.approx(2.0)
+    # no rep complete (only GraniKV ran the point): every cell counts
+    alone = cells[cells["variant"] == "granikv"]
+    assert len(tables.complete_reps(alone)) == 2
+    assert len(tables.complete_reps(cells[cells["config.rep"] == 2])) == 2
+
+
 def test_grid_tables_tpot_ttft_units(results):
     r = _row(tables.build_table(6, results), 8192, 256)
     assert r["GKV_TPOT_ms"].ours == pytest.approx(1000 * 256 / 1500, abs=1e-3)
