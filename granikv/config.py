@@ -73,7 +73,8 @@ class EngineConfig:
     # runner
     cuda_graphs: bool = True
     # capture the decode graphs of single-prefix steps for every batch bucket when the engine
-    # starts (compiling their Triton variants too), not when a serving run first meets them
+    # starts (compiling their Triton variants too), and compile the extend kernel's one-split and
+    # split-keys variants (CUDA only), not when a serving run first meets them
     capture_at_start: bool = True
     overlap_schedule: bool = True  # queue decode step N+1 before reading step N's tokens (greedy)
     graph_batch_sizes: tuple[int, ...] = field(

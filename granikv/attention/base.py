@@ -67,6 +67,11 @@ class AttentionBackend:
         serving run. Paged decode has no prefix pass."""
         return [()]
 
+    def warm_extend(self) -> int:
+        """Compile the extend kernel's variants at start-up (KernelOps.warm_extend)."""
+        return self.ops.warm_extend(self.k_cache[0], self.v_cache[0], self.slot_table, self.num_q_heads,
+                                    self.sm_scale)
+
     def bind(self, batch: StepBatch, meta: DecodeMeta) -> None:
         """Use prebuilt (static, graph-owned) metadata instead of planning."""
         self.batch, self.meta = batch, meta

@@ -39,6 +39,29 @@ class KernelOps:
         return K.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale,
                         max_qo_len=max_qo_len, max_kv_len=max_kv_len if self.split_extend else None)
 
+    def warm_extend(self, k_cache, v_cache, slot_table, num_q_heads: int, sm_scale: float) -> int:
+        """Compile the extend kernel's variants (one split; split keys and their fold) before a
+        serving run, so none compiles inside it: the harness's warm-up request prefills one
+        long prompt (one split), and the first small step behind a cached prefix would otherwise
+        compile the split variant mid-run on a machine with a cold Triton cache. Reads the
+        all-zero padding row (slot 0, reserved) and writes only a scratch output. Returns the
+        number of extend launches (0 for the torch ops)."""
+        if self.impl == "torch":
+            return 0
+        pad_row = slot_table.shape[0] - 1
+        new = 16
+        prefix = max(0, min(256, slot_table.shape[1] - new))
+        dev = k_cache.device
+        q = torch.zeros(new, num_q_heads, k_cache.shape[-1], dtype=k_cache.dtype, device=dev)
+        i32 = {"dtype": torch.int32, "device": dev}
+        rows = torch.tensor([pad_row], **i32)
+        indptr = torch.tensor([0, new], **i32)
+        plen = torch.tensor([prefix], **i32)
+        variants = (1, 2) if self.split_extend else (1,)
+        for splits in variants:
+            K.extend(q, k_cache, v_cache, slot_table, rows, indptr, plen, sm_scale, max_qo_len=new, splits=splits)
+        return len(variants)
+
     def decode(self, q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale):
         if self.impl == "torch":
             return T.decode(q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale)

@@ -58,11 +58,15 @@ class Engine:
         self.storage = c.storage
         self.backend = c.backend
         self.runner = c.runner
-        self.graphs_at_start = {"captured": 0, "seconds": 0.0}
-        if self.runner.graphs is not None and config.capture_at_start:
+        self.graphs_at_start = {"captured": 0, "seconds": 0.0, "extend_variants": 0}
+        if config.capture_at_start and self.device.type == "cuda":
             t0 = time.perf_counter()
-            n = self.runner.graphs.capture_ahead(self.backend, config.max_running)
-            self.graphs_at_start = {"captured": n, "seconds": round(time.perf_counter() - t0, 3)}
+            warmed = self.backend.warm_extend()
+            n = 0
+            if self.runner.graphs is not None:
+                n = self.runner.graphs.capture_ahead(self.backend, config.max_running)
+            self.graphs_at_start = {"captured": n, "seconds": round(time.perf_counter() - t0, 3),
+                                    "extend_variants": warmed}
         self.scheduler = Scheduler(
             self.storage, config.max_running, config.max_context, config.chunked_prefill_tokens,
             on_row_assigned=self.runner.write_row,
@@ -237,4 +241,5 @@ class Engine:
             return {"enabled": False}
         return {"enabled": True, "captures": g.captures, "replays": g.replays,
                 "captured_at_start": self.graphs_at_start["captured"],
-                "capture_at_start_s": self.graphs_at_start["seconds"]}
+                "capture_at_start_s": self.graphs_at_start["seconds"],
+                "extend_variants_at_start": self.graphs_at_start["extend_variants"]}

@@ -161,7 +161,8 @@ def _extend_kernel(
                      o.to(O.dtype.element_ty), mask=rmask[:, None])
 
 
-@triton.jit
+# NSPLIT would specialize at 16 and 32; S_PAD is fixed per policy (below) for the same reason.
+@triton.jit(do_not_specialize=["NSPLIT"])
 def _fold_extend_kernel(PartO, PartLse, O, Lse, NSPLIT,
                         s_po_t, s_po_h, s_po_s, s_pl_t, s_pl_h, s_o_t, s_o_h, s_l_t, s_l_h,
                         D: tl.constexpr, S_PAD: tl.constexpr):
@@ -203,8 +204,13 @@ def extend(
         raise ValueError(f"splits must be >= 1, got {splits}")
     split = splits > 1
     if split:
+        # One compiled variant whatever the split count: a serving run meets counts 2..32 one by
+        # one, and a variant per count (the LSE stride `splits` specializes at 16 and 32, the
+        # fold's S_PAD at every power of two) is a Triton compile inside the run on a machine
+        # whose kernel cache is cold (a 3 s extend step in an H200 cell, session 8). The LSE
+        # rows are padded to a multiple of 16; the fold pads to the policy's largest count.
         part_o = torch.empty(t, hq, splits, d, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(t, hq, splits, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(t, hq, triton.cdiv(splits, 16) * 16, dtype=torch.float32, device=q.device)
     else:
         part_o = part_lse = out  # unused
     _extend_kernel[(nreq * tiles, hkv, splits)](
@@ -222,6 +228,6 @@ def extend(
         _fold_extend_kernel[(t, hq)](
             part_o, part_lse, out, lse, splits,
             *part_o.stride()[:3], *part_lse.stride()[:2], out.stride(0), out.stride(1), *lse.stride(),
-            D=d, S_PAD=next_pow2(splits),
+            D=d, S_PAD=max(2, next_pow2(max(splits, (policy or ExtendSplitPolicy()).max_splits))),
         )
     return out

@@ -27,6 +27,8 @@ def test_graphs_and_overlap_match_eager(system, dtype):
         outs[fast] = eng.generate(ids, params, shared_prefix_lens=hints)
         if fast:
             assert eng.runner.graphs.replays > 0
+            # capture at start also compiled the extend kernel's one-split and split-keys variants
+            assert eng.graphs_at_start["extend_variants"] == 2
         torch.cuda.synchronize()
     # Graph replays size split-K by the padded bucket, eager launches by the real batch, so the
     # two sum in different orders: rounding may flip a near-tied argmax of this random tiny

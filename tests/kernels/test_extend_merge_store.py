@@ -109,10 +109,11 @@ def test_extend_single_request_default_config(d, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("splits", [2, 3, 8])
+@pytest.mark.parametrize("splits", [2, 3, 8, 16, 33])
 def test_extend_split_keys_equal_reference(splits, dtype):
     # long and short prefixes in one step (some splits of the short request are empty), a
-    # request with no new tokens, one with no prefix, odd lengths, more splits than key tiles
+    # request with no new tokens, one with no prefix, odd lengths, more splits than key tiles;
+    # 16 (LSE rows exactly one pad of 16) and 33 (past the policy's 32: the fold pads to 64)
     _extend_case(4, 64, [45, 3, 0, 70, 16], [9, 20, 5, 0, 1], dtype, seed=splits, splits=splits)
 
 
@@ -176,6 +177,50 @@ def test_extend_compiles_one_variant_for_any_number_of_tiles():
         _extend_case(4, 64, [5] * len(new), new, torch.bfloat16, seed=len(new), cfg=cfg)
     after = sum(len(c[0]) for c in _extend_kernel.device_caches.values())
     assert after - before <= 1
+
+
+@pytest.mark.parametrize("split_extend", [True, False])
+def test_warm_extend_runs_every_variant_on_the_padding_row(split_extend):
+    """Start-up compile of the extend variants: reads only the all-zero padding row (slot 0),
+    leaves the cache untouched, and runs the split variant only when key splits are on."""
+    from granikv.attention.ops import KernelOps
+
+    g = gen(3)
+    k_cache, v_cache = make_cache(64, 2, 64, torch.float32, g)
+    table = torch.zeros(5, 300, dtype=torch.int32, device=DEV)
+    table[:4] = torch.randint(1, 64, (4, 300), generator=g).to(DEV, torch.int32)
+    before = (k_cache.clone(), v_cache.clone(), table.clone())
+    ops = KernelOps("triton", split_extend=split_extend)
+    assert ops.warm_extend(k_cache, v_cache, table, 8, 0.125) == (2 if split_extend else 1)
+    assert all(torch.equal(a, b) for a, b in zip(before, (k_cache, v_cache, table)))
+    assert KernelOps("torch").warm_extend(k_cache, v_cache, table, 8, 0.125) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels need CUDA")
+def test_extend_split_counts_share_one_variant_after_warm_up():
+    """After the start-up warm-up, no split count a serving run can meet (2..32) compiles a new
+    extend or fold variant (session 8: a 3 s extend step on a cold Triton cache)."""
+    from granikv.attention.ops import KernelOps
+    from granikv.kernels.extend import _extend_kernel, _fold_extend_kernel
+
+    g = gen(9)
+    k_cache, v_cache = make_cache(2048, 8, 128, torch.bfloat16, g)
+    table = torch.zeros(3, 2048, dtype=torch.int32, device=DEV)
+    KernelOps("triton").warm_extend(k_cache, v_cache, table, 32, 128 ** -0.5)
+
+    def variants():
+        return sum(len(c[0]) for k in (_extend_kernel, _fold_extend_kernel) for c in k.device_caches.values())
+
+    before = variants()
+    table[0] = torch.randint(1, 2048, (2048,), generator=g).to(DEV, torch.int32)
+    q = randn(20, 32, 128, g=g, dtype=torch.bfloat16)
+    rows, indptr, prefix = i32([0]), i32([0, 20]), i32([1500])
+    ref = extend_ref(q.float(), k_cache.float(), v_cache.float(), table, rows, indptr, prefix, 128 ** -0.5)
+    for splits in (3, 4, 5, 9, 16, 17, 32):
+        o = extend(q, k_cache, v_cache, table, rows, indptr, prefix, 128 ** -0.5, max_qo_len=20, splits=splits)
+        assert rel_err(o, ref) < TOL[torch.bfloat16]
+    assert variants() == before
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
