@@ -117,7 +117,14 @@ def run(args) -> list[dict]:
 
 
 def run_engine(args) -> list[dict]:
-    """Whole extend steps of the engine at the kernel cases' shapes, splits on and off."""
+    """Whole extend steps of the engine at the kernel cases' shapes, splits on and off.
+
+    Both engines (one model, two KV caches) are built first and their timed steps alternate
+    on/off within each case: session 8's run timed every case with splits on, then every case
+    with splits off, and identical work differed by up to 17 ms between the two passes (host
+    warm-up of a fresh engine), which swamped the kernel difference. Each record also splits
+    the profiled step's host time by engine phase (granikv.trace spans) and lists the costliest
+    host ops, because a small extend step is mostly host time."""
     import random
     import statistics
 
@@ -137,32 +144,35 @@ def run_engine(args) -> list[dict]:
     model = load_model(spec, None, "dummy", None, 0, dtype, dev, max_positions=max_ctx)
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
     rng = random.Random(0)
-    records: list[dict] = []
+    engines = {}
     for split in (True, False):
         cfg = EngineConfig(model=args.model, device=args.device, system=args.system, max_context=max_ctx,
                            max_running=max(8, max(n for n, _ in args.cases)), cuda_graphs=False,
                            capture_at_start=False, min_prefix_for_hot=min(args.lp), extend_split_keys=split,
                            kernel_impl="triton", kv_budget_gb=16.0 if dev.type == "cuda" else None)
-        eng = Engine(cfg, model=model)
-        for lp in args.lp:
-            prefix = [rng.randrange(spec.vocab_size) for _ in range(lp)]
+        engines[split] = Engine(cfg, model=model)
+    records: list[dict] = []
+    for lp in args.lp:
+        prefix = [rng.randrange(spec.vocab_size) for _ in range(lp)]
+        for eng in engines.values():  # caches the prefix
             _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
-                          for p in _fresh(prefix, 1, 16, spec.vocab_size, rng)])  # caches the prefix
-            for n, new in args.cases:
-                # warm-up: this shape's first launch
-                _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
-                              for p in _fresh(prefix, n, new, spec.vocab_size, rng)])
-                times, shapes = [], []
-                for _ in range(args.reps):
+                          for p in _fresh(prefix, 1, 16, spec.vocab_size, rng)])
+        for n, new in args.cases:
+            times: dict[bool, list[float]] = {True: [], False: []}
+            shapes: dict[bool, list[tuple]] = {True: [], False: []}
+            for rep in range(args.reps + 1):  # rep 0: this shape's first launch, untimed
+                for split, eng in engines.items():
                     reqs = [eng.add_request(p, one, shared_prefix_len=lp)
                             for p in _fresh(prefix, n, new, spec.vocab_size, rng)]
                     sync()
                     t0 = time.perf_counter()
                     eng.step()
                     sync()
-                    times.append((time.perf_counter() - t0) * 1e3)
-                    shapes.append(tuple(eng.step_log.extend.recent[-1][:2]))
+                    if rep:
+                        times[split].append((time.perf_counter() - t0) * 1e3)
+                        shapes[split].append(tuple(eng.step_log.extend.recent[-1][:2]))
                     _finish(eng, reqs)
+            for split, eng in engines.items():
                 reqs = [eng.add_request(p, one, shared_prefix_len=lp)
                         for p in _fresh(prefix, n, new, spec.vocab_size, rng)]
                 sync()
@@ -174,19 +184,34 @@ def run_engine(args) -> list[dict]:
                     wall = (time.perf_counter() - t0) * 1e3
                 busy, _ = busy_and_span_ms(prof) if dev.type == "cuda" else (0.0, 0.0)
                 _finish(eng, reqs)
-                rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n, "new": new,
-                       "split": split, "reps": args.reps, "step_ms": round(statistics.median(times), 3),
-                       "step_ms_min": round(min(times), 3), "step_shapes": sorted(set(shapes)),
+                phases, top = host_breakdown(prof)
+                rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n,
+                       "new": new, "split": split, "reps": args.reps,
+                       "step_ms": round(statistics.median(times[split]), 3),
+                       "step_ms_min": round(min(times[split]), 3), "step_shapes": sorted(set(shapes[split])),
                        "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
-                       "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None}
+                       "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None,
+                       "host_phase_ms": phases, "host_top_ops": top}
                 records.append(rec)
                 print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} split={split!s:5}: "
                       f"step {rec['step_ms']:8.2f} ms (shapes {rec['step_shapes']}), GPU busy {busy:7.2f} ms "
-                      f"of {wall:7.2f}", flush=True)
-        del eng  # its KV cache, before the next engine sizes its own
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
+                      f"of {wall:7.2f}; host by phase {phases}", flush=True)
     return records
+
+
+def host_breakdown(prof, top: int = 8) -> tuple[dict[str, float], list[list]]:
+    """(CPU ms per engine phase — the granikv.trace spans —, the `top` host ops by self CPU
+    time as [name, calls, self ms]) of one profiled step."""
+    phases: dict[str, float] = {}
+    ops = []
+    for ev in prof.key_averages():
+        name = ev.key
+        if name.startswith("granikv::"):
+            phases[name.removeprefix("granikv::")] = round(ev.cpu_time_total / 1e3, 3)
+        elif ev.self_cpu_time_total > 0:
+            ops.append([name, int(ev.count), round(ev.self_cpu_time_total / 1e3, 3)])
+    ops.sort(key=lambda o: -o[2])
+    return phases, ops[:top]
 
 
 def _fresh(prefix: list[int], n: int, new: int, vocab: int, rng) -> list[list[int]]:

@@ -40,4 +40,7 @@ def test_cpu_engine_mode_times_one_extend_step_per_case(tmp_path):
     # every timed step was one extend step of exactly the case's requests and tokens
     assert all([list(x) for x in r["step_shapes"]] == [[r["n"] * r["new"], r["n"]]] for r in recs)
     assert all(r["step_ms"] > 0 for r in recs)
+    # the profiled step's host time by engine phase, and its costliest host ops
+    assert all({"plan", "forward"} <= set(r["host_phase_ms"]) for r in recs)
+    assert all(r["host_top_ops"] and all(len(o) == 3 and o[2] >= 0 for o in r["host_top_ops"]) for r in recs)
     assert "| 40 | 1 x 5 |" in extend_steps.engine_table(recs)
