@@ -6,7 +6,9 @@ Steps: generate (or reuse) the workload file; start the system (harness.systems)
 flush the cache (the client does both when the config says so); run the streaming client;
 with profile=true, capture N steady decode steps beside the client (harness.profile: POST
 /profile once /server_info shows steady decode; a failed capture is recorded, never fatal);
-fetch /server_info for the engine counters; stop the system (always, even when a step fails);
+fetch /server_info for the engine counters (`engine`: since server start; `engine_after_warmup`:
+the same scalar counters between warm-up and measured run, so the run's own steps are the
+difference); stop the system (always, even when a step fails);
 write `results/<hardware>/<sweep>/<cell-id>.json` atomically (DESIGN §7) and print a one-line
 summary. An existing result is never replaced unless `overwrite=true`: a result is a
 measurement, and re-running a cell silently would hide that the number changed.
@@ -327,6 +329,13 @@ def environment(started_at: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- engine counters
 
 
+def warmup_counters(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar step counters of `engine_counters` (no step log, storage or graph detail)."""
+    if "error" in info:
+        return {"error": info["error"]}
+    return {k: v for k, v in engine_counters(info).items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
 def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
     """The result's "engine" section from /server_info: attention step counters at top level
     (decode_steps, dense_steps, cascade_steps, paged_steps, ...), retractions, HOT admits and
@@ -488,7 +497,16 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     with systems.launch(spec) as system:
         ready_s = system.ready_after_s
         watch = info_path if cfg.system.kind == "engine" else None
-        benchmark = run_benchmark(system.base_url, requests, client_cfg)
+        warmed: dict[str, Any] = {}
+
+        async def snapshot() -> None:  # the counters after the warm-up, before the measured run
+            try:
+                warmed.update(await asyncio.to_thread(systems.get_json, system.base_url, info_path, 10.0))
+            except Exception as e:  # noqa: BLE001 - recorded, never fatal
+                warmed["error"] = f"{type(e).__name__}: {e}"
+
+        benchmark = run_benchmark(system.base_url, requests, client_cfg,
+                                  on_warmed=snapshot if cfg.system.kind == "engine" else None)
         profile: dict[str, Any] = {}
         if cfg.profile and cfg.system.kind == "engine":  # Tables 13/14/22: a capture of steady decode
             from harness.profile import SteadyPolicy, alongside
@@ -526,6 +544,9 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         "config": config,
         "metrics": result.metrics,
         "engine": engine_counters(info) if cfg.system.kind == "engine" else {"decode_steps": 0, "reported": False},
+        # the same counters after the warm-up: the measured run's own steps are the difference
+        # (engine.* counts from server start, warm-up request included)
+        **({"engine_after_warmup": warmup_counters(warmed)} if cfg.system.kind == "engine" else {}),
         "env": environment(started_at),
         "run": {"dir": str(run_dir), "server_log": str(spec.log_path), "argv": list(spec.argv),
                 "ready_s": ready_s, "wall_s": wall_s, "errors": result.errors(),

@@ -27,7 +27,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -204,8 +204,11 @@ def _progress(total: int, cfg: ClientConfig):
                 unit="req", dynamic_ncols=True)
 
 
-async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientConfig) -> BenchmarkResult:
-    """Offer `requests` to the server at `base_url` as `cfg` says; return metrics and records."""
+async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientConfig,
+                        on_warmed: Callable[[], Awaitable[Any]] | None = None) -> BenchmarkResult:
+    """Offer `requests` to the server at `base_url` as `cfg` says; return metrics and records.
+    `on_warmed` is awaited after the warm-up (and flush), right before the measured run: the
+    cell snapshots the engine's counters there, so the run's own steps can be told apart."""
     base = base_url.rstrip("/")
     url = base + "/generate"
     connector = aiohttp.TCPConnector(limit=0)  # the semaphore is the only cap (default is 100)
@@ -223,6 +226,9 @@ async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientC
         flush_status = None
         if cfg.flush_cache:
             flush_status = await _flush(session, base, cfg)
+
+        if on_warmed is not None:
+            await on_warmed()
 
         sem = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
         in_flight = 0

@@ -64,6 +64,9 @@ def test_cell_writes_a_valid_result_file(measured):
     m = doc["metrics"]
     assert m["completed"] == 6 and m["failed"] == 0 and m["total_output_tokens"] == 30
     assert doc["engine"]["decode_steps"] > 0 and doc["engine"]["hot_admits"] == 1
+    # the counters after the warm-up request: it decoded, and the measured run decoded more
+    warm = doc["engine_after_warmup"]
+    assert 0 < warm["decode_steps"] < doc["engine"]["decode_steps"]
     env = doc["env"]
     for key in ("gpu", "gpu_count", "torch", "triton", "python", "git_sha", "started_at"):
         assert key in env
