@@ -80,6 +80,11 @@ class EngineConfig:
     graph_batch_sizes: tuple[int, ...] = field(
         default_factory=lambda: (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
     )
+    # CUDA graphs for small extend steps (granikv.engine.extend_graphs): token buckets, e.g.
+    # 64,128,256; empty (the default) runs every extend step eagerly. Not yet measured on a GPU.
+    extend_graph_tokens: tuple[int, ...] = ()
+    # request buckets of those graphs (one request of each is padding: a bucket of 4 takes <= 3)
+    extend_graph_reqs: tuple[int, ...] = (2, 4, 8)
 
     def __post_init__(self) -> None:
         if self.system not in SYSTEMS:
@@ -98,11 +103,15 @@ class EngineConfig:
             raise ValueError("kv_budget_gb must be positive")
         if self.prefix_pass_min_saved_mib is not None and self.prefix_pass_min_saved_mib < 0:
             raise ValueError("prefix_pass_min_saved_mib must be >= 0")
+        if any(t < 1 for t in self.extend_graph_tokens) or any(n < 2 for n in self.extend_graph_reqs):
+            raise ValueError("extend_graph_tokens must be >= 1 and extend_graph_reqs >= 2 (one is padding)")
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
-        d["graph_batch_sizes"] = list(self.graph_batch_sizes)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
         return d

@@ -87,7 +87,7 @@ class AttentionBackend:
         if b.mode == "extend":
             max_qo, max_kv = b.extend_bounds()
             return self.ops.extend(q, kc, vc, self.slot_table, b.rows, b.qo_indptr, b.prefix_lens, self.sm_scale,
-                                   max_qo_len=max_qo, max_kv_len=max_kv)
+                                   max_qo_len=max_qo, max_kv_len=max_kv, splits=b.split_count)
         m = self.meta
         o, lse = self.ops.decode(q, kc, vc, self.slot_table, b.rows, m.kv_start, m.kv_len, self.sm_scale)
         dense = m.passes.get(DENSE)

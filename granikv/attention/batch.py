@@ -37,6 +37,8 @@ class StepBatch:
     qo_indptr: torch.Tensor  # [N+1] int32 (extend)
     seq_lens: torch.Tensor  # [N] int32 (decode: context incl. the current token)
     _bounds: tuple[int, int] | None = field(default=None, repr=False, compare=False)
+    # extend: the kernel's key splits, fixed (a captured extend graph's); None lets the policy pick
+    split_count: int | None = None
 
     @property
     def num_reqs(self) -> int:

@@ -32,12 +32,16 @@ class KernelOps:
         K.store_kv(k_cache, v_cache, slots, k, v)
 
     def extend(self, q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale,
-               max_qo_len: int | None = None, max_kv_len: int | None = None):
-        """`max_qo_len` / `max_kv_len`: host bounds that size the Triton grid and its key splits."""
+               max_qo_len: int | None = None, max_kv_len: int | None = None, splits: int | None = None):
+        """`max_qo_len` / `max_kv_len`: host bounds that size the Triton grid and its key splits;
+        `splits` fixes the split count instead (a captured extend graph's)."""
         if self.impl == "torch":
             return T.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale)
+        if not self.split_extend:
+            splits = 1
         return K.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale,
-                        max_qo_len=max_qo_len, max_kv_len=max_kv_len if self.split_extend else None)
+                        max_qo_len=max_qo_len, max_kv_len=max_kv_len if self.split_extend else None,
+                        splits=splits)
 
     def warm_extend(self, k_cache, v_cache, slot_table, num_q_heads: int, sm_scale: float) -> int:
         """Compile the extend kernel's variants (one split; split keys and their fold) before a

@@ -88,6 +88,16 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
 
         buckets = tuple(b for b in cfg.graph_batch_sizes if b <= cfg.max_running) or (cfg.max_running,)
         graphs = DecodeGraphs(model, backend, slot_table, pad_row=cfg.max_running, buckets=buckets)
-    runner = ModelRunner(model, backend, kv, slot_table, device, spec.vocab_size, cfg.seed, graphs=graphs)
+    extend_graphs = None
+    if cfg.extend_graph_tokens:
+        from granikv.engine.extend_graphs import ExtendGraphs
+
+        # on CPU (or with CUDA graphs off) the same padded static steps run eagerly
+        extend_graphs = ExtendGraphs(model, backend, pad_row=cfg.max_running,
+                                     token_buckets=tuple(cfg.extend_graph_tokens),
+                                     req_buckets=tuple(cfg.extend_graph_reqs), device=device,
+                                     use_graphs=cfg.cuda_graphs)
+    runner = ModelRunner(model, backend, kv, slot_table, device, spec.vocab_size, cfg.seed, graphs=graphs,
+                         extend_graphs=extend_graphs)
     eos = tuple(getattr(spec, "eos_token_ids", ()) or ())
     return Components(spec, model, kv, storage, backend, runner, eos)

@@ -236,10 +236,13 @@ class Engine:
         }
 
     def _graph_stats(self) -> dict:
-        g = self.runner.graphs
+        g, eg = self.runner.graphs, getattr(self.runner, "extend_graphs", None)
+        extend = {} if eg is None else {"extend_graphs": {
+            "captures": eg.captures, "replays": eg.replays, "runs": eg.runs, "keys": len(eg.graphs),
+            "captured": eg.use_graphs}}
         if g is None:
-            return {"enabled": False}
-        return {"enabled": True, "captures": g.captures, "replays": g.replays,
+            return {"enabled": False, **extend}
+        return {"enabled": True, "captures": g.captures, "replays": g.replays, **extend,
                 "captured_at_start": self.graphs_at_start["captured"],
                 "capture_at_start_s": self.graphs_at_start["seconds"],
                 "extend_variants_at_start": self.graphs_at_start["extend_variants"]}

@@ -37,8 +37,10 @@ class Launched:
 
 class ModelRunner:
     def __init__(self, model, backend, kv_cache, slot_table: torch.Tensor, device: torch.device,
-                 vocab_size: int, seed: int = 0, graphs=None, max_running: int | None = None) -> None:
+                 vocab_size: int, seed: int = 0, graphs=None, max_running: int | None = None,
+                 extend_graphs=None) -> None:
         self.graphs = graphs  # DecodeGraphs, or None for eager decode
+        self.extend_graphs = extend_graphs  # ExtendGraphs for small extend steps, or None
         self.model = model
         self.backend = backend
         self.kv = kv_cache
@@ -69,6 +71,10 @@ class ModelRunner:
         """Run one step synchronously; one sampled token per request that samples this step."""
         if step.mode == "decode":
             return self.complete(self.launch_decode(step))
+        if self.extend_graphs is not None:
+            tokens = self._run_extend_graph(step)
+            if tokens is not None:
+                return tokens
         with span("plan"):
             batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
             self.backend.plan(batch)
@@ -79,6 +85,39 @@ class ModelRunner:
             return []
         with span("forward"):
             logits = self.model.forward(ids, pos, self.backend, logits_index=self._i32(logit_rows).long())
+        with span("sample"):
+            tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
+        self._set_tokens(sample_reqs, tokens)
+        return tokens
+
+    def _run_extend_graph(self, step: Step) -> list[int] | None:
+        """An extend step through ExtendGraphs when it fits a bucket; None when it does not."""
+        items = step.prefill
+        num_tokens = sum(it.end - it.start for it in items)
+        key = self.extend_graphs.key_for(num_tokens, len(items), max(it.end for it in items))
+        if key is None:
+            return None
+        with span("plan"):
+            ids: list[int] = []
+            pos: list[int] = []
+            slots: list[int] = []
+            rows, prefix, seq, indptr, logit_rows, sample_reqs = [], [], [], [0], [], []
+            for it in items:
+                r = it.req
+                ids.extend(r.all_ids[it.start:it.end])
+                pos.extend(range(it.start, it.end))
+                slots.extend(int(s) for s in r.slots[it.start:it.end])
+                rows.append(r.row)
+                prefix.append(it.start)
+                seq.append(it.end)
+                indptr.append(len(ids))
+                if it.last_chunk:
+                    sample_reqs.append(r)
+                    logit_rows.append(len(ids) - 1)
+        with span("forward"):
+            logits = self.extend_graphs.run(key, ids, pos, slots, rows, prefix, seq, indptr, logit_rows)
+        if not sample_reqs:
+            return []
         with span("sample"):
             tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
         self._set_tokens(sample_reqs, tokens)

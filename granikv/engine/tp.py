@@ -81,8 +81,9 @@ def _teardown(engine: Engine, timeout_s: float = 60.0) -> bool:
     collective for NCCL: every rank calls it at the same point (after the "stop" command). It
     runs in a daemon thread with a deadline, so a peer that died cannot hang the caller.
     Returns whether it finished."""
-    if engine.runner.graphs is not None:
-        engine.runner.graphs.release()
+    for graphs in (engine.runner.graphs, getattr(engine.runner, "extend_graphs", None)):
+        if graphs is not None:
+            graphs.release()
     gc.collect()
     t = threading.Thread(target=dist.destroy_process_group, daemon=True, name="tp-teardown")
     t.start()

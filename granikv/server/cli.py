@@ -43,7 +43,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         args = typing.get_args(hint)
         if hint is bool:
             p.add_argument(flag, type=_parse_bool, default=default, metavar="BOOL", help=help_)
-        elif f.name == "graph_batch_sizes":
+        elif typing.get_origin(hint) is tuple:  # graph_batch_sizes, extend_graph_tokens, ...
             p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x), default=default,
                            metavar="N,N,...", help=help_)
         else:

@@ -117,7 +117,8 @@ def run(args) -> list[dict]:
 
 
 def run_engine(args) -> list[dict]:
-    """Whole extend steps of the engine at the kernel cases' shapes, splits on and off.
+    """Whole extend steps of the engine at the kernel cases' shapes: splits on and off, and with
+    `--extend-graphs` a third engine whose small extend steps replay CUDA graphs.
 
     Both engines (one model, two KV caches) are built first and their timed steps alternate
     on/off within each case: session 8's run timed every case with splits on, then every case
@@ -144,37 +145,43 @@ def run_engine(args) -> list[dict]:
     model = load_model(spec, None, "dummy", None, 0, dtype, dev, max_positions=max_ctx)
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
     rng = random.Random(0)
+    used: set[int] = set()  # first suffix tokens so far (see _fresh)
+    # variant -> (key splits, extend-graph token buckets)
+    variants = {"split": (True, ()), "no-split": (False, ())}
+    if args.extend_graphs:
+        variants["split+graphs"] = (True, tuple(args.extend_graphs))
     engines = {}
-    for split in (True, False):
+    for name, (split, buckets) in variants.items():
         cfg = EngineConfig(model=args.model, device=args.device, system=args.system, max_context=max_ctx,
-                           max_running=max(8, max(n for n, _ in args.cases)), cuda_graphs=False,
+                           max_running=max(8, max(n for n, _ in args.cases)), cuda_graphs=bool(buckets),
                            capture_at_start=False, min_prefix_for_hot=min(args.lp), extend_split_keys=split,
+                           extend_graph_tokens=buckets, extend_graph_reqs=(2, 4, 8, 16, 32, 64),
                            kernel_impl="triton", kv_budget_gb=16.0 if dev.type == "cuda" else None)
-        engines[split] = Engine(cfg, model=model)
+        engines[name] = Engine(cfg, model=model)
     records: list[dict] = []
     for lp in args.lp:
         prefix = [rng.randrange(spec.vocab_size) for _ in range(lp)]
         for eng in engines.values():  # caches the prefix
             _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
-                          for p in _fresh(prefix, 1, 16, spec.vocab_size, rng)])
+                          for p in _fresh(prefix, 1, 16, spec.vocab_size, rng, used)])
         for n, new in args.cases:
-            times: dict[bool, list[float]] = {True: [], False: []}
-            shapes: dict[bool, list[tuple]] = {True: [], False: []}
-            for rep in range(args.reps + 1):  # rep 0: this shape's first launch, untimed
-                for split, eng in engines.items():
+            times: dict[str, list[float]] = {name: [] for name in engines}
+            shapes: dict[str, list[tuple]] = {name: [] for name in engines}
+            for rep in range(args.reps + 1):  # rep 0: this shape's first launch (or capture), untimed
+                for name, eng in engines.items():
                     reqs = [eng.add_request(p, one, shared_prefix_len=lp)
-                            for p in _fresh(prefix, n, new, spec.vocab_size, rng)]
+                            for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
                     sync()
                     t0 = time.perf_counter()
                     eng.step()
                     sync()
                     if rep:
-                        times[split].append((time.perf_counter() - t0) * 1e3)
-                        shapes[split].append(tuple(eng.step_log.extend.recent[-1][:2]))
+                        times[name].append((time.perf_counter() - t0) * 1e3)
+                        shapes[name].append(tuple(eng.step_log.extend.recent[-1][:2]))
                     _finish(eng, reqs)
-            for split, eng in engines.items():
+            for name, eng in engines.items():
                 reqs = [eng.add_request(p, one, shared_prefix_len=lp)
-                        for p in _fresh(prefix, n, new, spec.vocab_size, rng)]
+                        for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
                 sync()
                 with profile(activities=[ProfilerActivity.CPU]
                              + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])) as prof:
@@ -186,14 +193,15 @@ def run_engine(args) -> list[dict]:
                 _finish(eng, reqs)
                 phases, top = host_breakdown(prof)
                 rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n,
-                       "new": new, "split": split, "reps": args.reps,
-                       "step_ms": round(statistics.median(times[split]), 3),
-                       "step_ms_min": round(min(times[split]), 3), "step_shapes": sorted(set(shapes[split])),
+                       "new": new, "variant": name, "split": variants[name][0],
+                       "extend_graphs": list(variants[name][1]), "reps": args.reps,
+                       "step_ms": round(statistics.median(times[name]), 3),
+                       "step_ms_min": round(min(times[name]), 3), "step_shapes": sorted(set(shapes[name])),
                        "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
                        "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None,
                        "host_phase_ms": phases, "host_top_ops": top}
                 records.append(rec)
-                print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} split={split!s:5}: "
+                print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} {name:12s}: "
                       f"step {rec['step_ms']:8.2f} ms (shapes {rec['step_shapes']}), GPU busy {busy:7.2f} ms "
                       f"of {wall:7.2f}; host by phase {phases}", flush=True)
     return records
@@ -214,9 +222,19 @@ def host_breakdown(prof, top: int = 8) -> tuple[dict[str, float], list[list]]:
     return phases, ops[:top]
 
 
-def _fresh(prefix: list[int], n: int, new: int, vocab: int, rng) -> list[list[int]]:
-    """n prompts: the cached prefix + `new` random tokens each (no reuse between them)."""
-    return [prefix + [rng.randrange(vocab) for _ in range(new)] for _ in range(n)]
+def _fresh(prefix: list[int], n: int, new: int, vocab: int, rng, used: set[int] | None = None) -> list[list[int]]:
+    """n prompts: the cached prefix + `new` random tokens each. The first new token of each is
+    one no earlier prompt had there (`used`), so the radix cache can never extend a match past
+    the prefix (the tiny model's 1024-token vocabulary made that likely)."""
+    out = []
+    for _ in range(n):
+        first = rng.randrange(vocab)
+        while used is not None and first in used and len(used) < vocab:
+            first = rng.randrange(vocab)
+        if used is not None:
+            used.add(first)
+        out.append(prefix + [first] + [rng.randrange(vocab) for _ in range(new - 1)])
+    return out
 
 
 def _finish(eng, reqs) -> None:
@@ -227,16 +245,16 @@ def _finish(eng, reqs) -> None:
 
 
 def engine_table(records: list[dict]) -> str:
-    """Markdown: extend step ms with and without key splits, and the GPU-busy share."""
-    by = {(r["Lp"], r["n"], r["new"], r["split"]): r for r in records if r.get("mode") == "engine"}
-    lines = ["| Lp | n x new | step ms, no split | step ms, split | GPU busy ms (no split / split) |",
-             "|---|---|---|---|---|"]
-    for (lp, n, new, split), r in by.items():
-        if split or (lp, n, new, True) not in by:
-            continue
-        s = by[(lp, n, new, True)]
-        lines.append(f"| {lp} | {n} x {new} | {r['step_ms']:.2f} | {s['step_ms']:.2f} | "
-                     f"{r['gpu_busy_ms']:.2f} / {s['gpu_busy_ms']:.2f} |")
+    """Markdown: extend step ms of each engine variant, and their GPU-busy ms."""
+    eng = [r for r in records if r.get("mode") == "engine"]
+    names = list(dict.fromkeys(r["variant"] for r in eng))
+    by = {(r["Lp"], r["n"], r["new"], r["variant"]): r for r in eng}
+    lines = ["| Lp | n x new | " + " | ".join(f"step ms, {v}" for v in names) + " | GPU busy ms ("
+             + " / ".join(names) + ") |", "|---|---|" + "---|" * (len(names) + 1)]
+    for lp, n, new in dict.fromkeys((r["Lp"], r["n"], r["new"]) for r in eng):
+        rs = [by.get((lp, n, new, v)) for v in names]
+        lines.append(f"| {lp} | {n} x {new} | " + " | ".join(f"{r['step_ms']:.2f}" if r else "—" for r in rs)
+                     + " | " + " / ".join(f"{r['gpu_busy_ms']:.2f}" if r else "—" for r in rs) + " |")
     return "\n".join(lines)
 
 
@@ -283,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=None, help="--engine: model shapes (default llama-3.1-8b; cpu: tiny)")
     ap.add_argument("--system", default="granikv", help="--engine: paged | cascade | granikv")
     ap.add_argument("--reps", type=int, default=5, help="--engine: timed extend steps per case")
+    ap.add_argument("--extend-graphs", default="",
+                    help="--engine: also time a variant with CUDA graphs for extend steps at these token "
+                         "buckets (e.g. 32,64,128,256,512; EngineConfig.extend_graph_tokens)")
     ap.add_argument("--out", default=None,
                     help="result JSON (default results/h200/microbench/extend-steps.json on cuda; none on cpu)")
     args = ap.parse_args(argv)
@@ -294,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     args.lp = [int(x) for x in (args.lp or ("96" if cpu else "2048,16384")).split(",")]
     args.cases = _pairs(args.cases or ("1x5,2x7" if cpu else "1x20,1x160,3x160,8x160,16x160,64x256"))
     args.splits = [x.strip() for x in args.splits.split(",") if x.strip()]
+    args.extend_graphs = [int(x) for x in args.extend_graphs.split(",") if x.strip()]
     args.heads = tuple(int(x) for x in (args.heads or ("8,2,64" if cpu else "32,8,128")).split(","))
     if args.min_split_len is None:
         from granikv.kernels import ExtendSplitPolicy

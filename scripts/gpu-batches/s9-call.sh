@@ -26,7 +26,7 @@ PY
       --timeout 150 -rf > "$OUT/gpu-tests.log" 2>&1
   tail -2 "$OUT/gpu-tests.log"
   M=results/h200/microbench
-  timeout 200 python -m harness.microbench.extend_steps --engine --lp 512,16384 \
+  timeout 280 python -m harness.microbench.extend_steps --engine --lp 512,16384 --extend-graphs 32,64,128,256,512 \
       --out $M/extend-steps-engine.json > $M/extend-steps-engine.log 2>&1
   tar -czf "$OUT/micro.tar.gz" $M/extend-steps-engine.* 2>/dev/null
   tail -16 $M/extend-steps-engine.log

@@ -32,11 +32,12 @@ def test_cpu_dry_run_writes_records(tmp_path):
 def test_cpu_engine_mode_times_one_extend_step_per_case(tmp_path):
     out = tmp_path / "engine.json"
     rc = extend_steps.main(["--engine", "--device", "cpu", "--lp", "40", "--cases", "1x5,2x7", "--reps", "2",
-                            "--out", str(out)])
+                            "--extend-graphs", "8,16", "--out", str(out)])
     assert rc == 0
     recs = json.loads(out.read_text())["records"]
-    assert {(r["n"], r["new"], r["split"]) for r in recs} == {(n, k, s) for n, k in ((1, 5), (2, 7))
-                                                              for s in (True, False)}
+    assert {(r["n"], r["new"], r["variant"]) for r in recs} == {(n, k, v) for n, k in ((1, 5), (2, 7))
+                                                                for v in ("split", "no-split", "split+graphs")}
+    assert all(r["split"] == (r["variant"] != "no-split") for r in recs)
     # every timed step was one extend step of exactly the case's requests and tokens
     assert all([list(x) for x in r["step_shapes"]] == [[r["n"] * r["new"], r["n"]]] for r in recs)
     assert all(r["step_ms"] > 0 for r in recs)
