@@ -359,12 +359,23 @@ def _profile(number: int) -> Ours:
     return ours
 
 
+def _run_counter(cells: pd.DataFrame, name: str) -> pd.Series:
+    """`engine.<name>` of the measured run: less its value after the warm-up request
+    (`engine_after_warmup.<name>`) where the cell recorded one; older cells count from start."""
+    total = pd.to_numeric(cells[f"engine.{name}"], errors="coerce")
+    warm = f"engine_after_warmup.{name}"
+    if warm in cells.columns:
+        total = total - pd.to_numeric(cells[warm], errors="coerce").fillna(0)
+    return total
+
+
 def dense_fraction(cells: pd.DataFrame) -> float | None:
-    """Share of decode steps the dispatcher sent to the dense pass, over all matching cells."""
+    """Share of the measured run's decode steps the dispatcher sent to the dense pass, over all
+    matching cells (the warm-up request's single-request steps left out where recorded)."""
     if "engine.dense_steps" not in cells.columns or not len(cells):
         return None
-    dense = pd.to_numeric(cells["engine.dense_steps"], errors="coerce").sum()
-    steps = pd.to_numeric(cells["engine.decode_steps"], errors="coerce").sum()
+    dense = _run_counter(cells, "dense_steps").sum()
+    steps = _run_counter(cells, "decode_steps").sum()
     return float(dense / steps) if steps > 0 else None
 
 

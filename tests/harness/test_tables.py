@@ -153,6 +153,16 @@ def test_a_rep_missing_a_system_is_left_out_of_every_mean():
     assert len(tables.complete_reps(cells[cells["config.rep"] == 2])) == 2
 
 
+def test_dense_fraction_leaves_out_the_warm_up_steps_where_recorded():
+    import pandas as pd
+
+    old = pd.DataFrame([{"engine.dense_steps": 60, "engine.decode_steps": 100}])
+    assert tables.dense_fraction(old) == pytest.approx(0.6)  # no snapshot: counts from start
+    new = pd.DataFrame([{"engine.dense_steps": 60, "engine.decode_steps": 100,
+                         "engine_after_warmup.dense_steps": 0, "engine_after_warmup.decode_steps": 20}])
+    assert tables.dense_fraction(new) == pytest.approx(60 / 80)
+
+
 def test_grid_tables_tpot_ttft_units(results):
     r = _row(tables.build_table(6, results), 8192, 256)
     assert r["GKV_TPOT_ms"].ours == pytest.approx(1000 * 256 / 1500, abs=1e-3)
