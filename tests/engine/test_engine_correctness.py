@@ -68,16 +68,21 @@ def test_kv_pressure_retracts_and_recomputes_same_tokens():
         assert eng.stats()["retractions"] > 0
 
 
-def test_tp2_equals_tp1():
+@pytest.mark.parametrize("extend_graphs", [False, True])
+def test_tp2_equals_tp1(extend_graphs):
+    """With extend graphs every rank pads its extend steps the same way (padded eager on CPU)."""
     from granikv.engine.factory import create_engine
 
     prompts = multi_prefix_prompts(seed=7, prefix_lens=(32,), per_prefix=(4,))
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
     ref = Engine(tiny_config("granikv", kernel_impl="torch")).generate(
         [p for p, _ in prompts], params, shared_prefix_lens=[lp for _, lp in prompts])
-    eng = create_engine(tiny_config("granikv", kernel_impl="torch", tp=2))
+    extra = dict(extend_graph_tokens=(64, 256), extend_graph_reqs=(2, 8)) if extend_graphs else {}
+    eng = create_engine(tiny_config("granikv", kernel_impl="torch", tp=2, **extra))
     try:
         got = eng.generate([p for p, _ in prompts], params, shared_prefix_lens=[lp for _, lp in prompts])
+        if extend_graphs:
+            assert eng.stats()["graphs"]["extend_graphs"]["runs"] > 0
     finally:
         eng.close()
     assert got == ref
