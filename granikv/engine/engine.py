@@ -58,15 +58,17 @@ class Engine:
         self.storage = c.storage
         self.backend = c.backend
         self.runner = c.runner
-        self.graphs_at_start = {"captured": 0, "seconds": 0.0, "extend_variants": 0}
+        self.graphs_at_start = {"captured": 0, "seconds": 0.0, "extend_variants": 0, "extend_graphs": 0}
         if config.capture_at_start and self.device.type == "cuda":
             t0 = time.perf_counter()
             warmed = self.backend.warm_extend()
             n = 0
             if self.runner.graphs is not None:
                 n = self.runner.graphs.capture_ahead(self.backend, config.max_running)
+            eg = getattr(self.runner, "extend_graphs", None)
+            n_ext = eg.capture_ahead() if eg is not None else 0
             self.graphs_at_start = {"captured": n, "seconds": round(time.perf_counter() - t0, 3),
-                                    "extend_variants": warmed}
+                                    "extend_variants": warmed, "extend_graphs": n_ext}
         self.scheduler = Scheduler(
             self.storage, config.max_running, config.max_context, config.chunked_prefill_tokens,
             on_row_assigned=self.runner.write_row,
@@ -239,7 +241,7 @@ class Engine:
         g, eg = self.runner.graphs, getattr(self.runner, "extend_graphs", None)
         extend = {} if eg is None else {"extend_graphs": {
             "captures": eg.captures, "replays": eg.replays, "runs": eg.runs, "keys": len(eg.graphs),
-            "captured": eg.use_graphs}}
+            "captured": eg.use_graphs, "captured_at_start": self.graphs_at_start["extend_graphs"]}}
         if g is None:
             return {"enabled": False, **extend}
         return {"enabled": True, "captures": g.captures, "replays": g.replays, **extend,

@@ -16,7 +16,9 @@ T - t padding tokens, whose K/V land in slot 0; the others own none. So a step o
 n requests needs T >= t and N >= n + 1. The extend kernel's grid is sized for T tokens in one
 request (the padding request may hold up to T - t); programs past a request's tokens return at
 once. S is the split count the policy picks for the real step, rounded down to a power of two
-(fewer keys) and capped by the workspace the padded step needs.
+(fewer keys) and capped by the workspace the padded step needs. With `capture_at_start` the
+engine captures every key a run can meet (`ahead_keys`) before serving, so no capture lands
+inside a measured run.
 
 With `use_graphs=False` (CPU, or CUDA graphs off) the same padded static step runs eagerly: the
 CPU tests check that path against the plain one, so the padding and the buffer layout are
@@ -100,15 +102,48 @@ class ExtendGraphs:
             return None
         return ExtendKey(t, n, self._splits(num_tokens, num_reqs, max_kv_len, t))
 
+    def _max_splits(self, padded_tokens: int) -> int:
+        """Most splits a key of `padded_tokens` may take: the policy's cap and its workspace."""
+        if not self.backend.ops.split_extend:
+            return 1
+        b = self.backend
+        by_mem = self.policy.workspace_bytes // (padded_tokens * b.num_q_heads * (b.head_dim + 1) * 4)
+        return max(1, min(self.policy.max_splits, by_mem))
+
     def _splits(self, num_tokens: int, num_reqs: int, max_kv_len: int, padded_tokens: int) -> int:
         if not self.backend.ops.split_extend:
             return 1
         b = self.backend
         s = extend_splits(num_tokens, num_reqs, b.num_q_heads, b.num_kv_heads, b.head_dim, max_kv_len,
                           self.cfg.block_m, self.sms, self.policy)
-        by_mem = self.policy.workspace_bytes // (padded_tokens * b.num_q_heads * (b.head_dim + 1) * 4)
-        s = max(1, min(s, by_mem))
+        s = max(1, min(s, self._max_splits(padded_tokens)))
         return 1 << (s.bit_length() - 1)  # a power of two: few keys, never more splits than asked
+
+    def ahead_keys(self) -> list[ExtendKey]:
+        """Every key `key_for` can return: each token and request bucket, with each power-of-two
+        split count up to the key's cap (what a run meets depends on its prefix lengths)."""
+        keys = []
+        for t in self.token_buckets:
+            top = self._max_splits(t)
+            for n in self.req_buckets:
+                s = 1
+                while s <= top:
+                    keys.append(ExtendKey(t, n, s))
+                    s *= 2
+        return keys
+
+    def capture_ahead(self) -> int:
+        """Capture every key now (engine start, like DecodeGraphs.capture_ahead): a capture is
+        two eager forwards and a recorded one, ~0.1 s, and a run would otherwise meet its keys
+        one by one inside the measured window. Returns how many were captured."""
+        if not self.use_graphs:
+            return 0
+        n = 0
+        for key in self.ahead_keys():
+            if key not in self.graphs:
+                self.graphs[key] = self._new(key)
+                n += 1
+        return n
 
     # -- packing ----------------------------------------------------------------------------------
     def pack(self, key: ExtendKey, ids, pos, slots, rows, prefix, seq_lens, indptr, logit_rows) -> np.ndarray:

@@ -65,6 +65,7 @@ def test_extend_graphs_replay_the_eager_extend_steps(system):
         if graphs:
             eg = eng.stats()["graphs"]["extend_graphs"]
             assert eg["captured"] and eg["captures"] > 0 and eg["replays"] > 0, eg
+            assert eg["captures"] == eg["captured_at_start"], eg  # none captured inside the run
         torch.cuda.synchronize()
     for a, b in zip(outs[True], outs[False]):
         assert a[:8] == b[:8]

@@ -75,6 +75,24 @@ def test_keys_buckets_and_splits():
     assert _graphs(split=False).key_for(20, 1, 16404).splits == 1
 
 
+def test_ahead_keys_cover_every_key_a_step_can_get():
+    import random
+
+    g = _graphs()
+    ahead = set(g.ahead_keys())
+    rng = random.Random(0)
+    for _ in range(3000):
+        n = rng.randrange(1, 8)
+        t = rng.randrange(n, 257)
+        key = g.key_for(t, n, rng.randrange(t, 40000))
+        assert key in ahead, key
+    # caps: 256-token keys stop at 8 splits (workspace), 64-token keys at the policy's 32
+    assert max(k.splits for k in ahead if k.tokens == 256) == 8
+    assert max(k.splits for k in ahead if k.tokens == 64) == 32
+    assert {k.splits for k in _graphs(split=False).ahead_keys()} == {1}
+    assert g.capture_ahead() == 0  # CPU: nothing to capture
+
+
 def test_pack_pads_with_one_request_on_the_padding_row():
     g = _graphs()
     key = ExtendKey(tokens=16, reqs=4, splits=1)
