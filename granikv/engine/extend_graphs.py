@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from granikv.attention.batch import StepBatch
+from granikv.engine.graphs import capture
 from granikv.kernels import ExtendConfig, ExtendSplitPolicy, extend_splits
 from granikv.kernels._common import num_sms
 
@@ -196,17 +197,7 @@ class ExtendGraphs:
             return _Graph(key, host, dev, None, None, None)
         # a valid all-padding step: every token belongs to request 0, on the padding row
         dev.copy_(torch.from_numpy(self.pack(key, [], [], [], [], [], [], [0], [])))
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):  # compile and warm cuBLAS for these shapes outside the capture
-                self._forward(key, dev)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits = self._forward(key, dev)
+        graph, logits, self.pool = capture(lambda: self._forward(key, dev), self.pool)
         self.captures += 1
         ev = torch.cuda.Event()
         ev.record()

@@ -47,6 +47,23 @@ class _Graph:
     event: torch.cuda.Event
 
 
+def capture(forward, pool):
+    """Run `forward()` twice on a side stream (Triton compiles, cuBLAS warm-up: outside the
+    capture), then capture it into a CUDA graph on `pool` (a new pool when None). Returns
+    (graph, forward's outputs in the graph's memory, pool) — shared by decode and extend graphs."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    pool = pool if pool is not None else torch.cuda.graph_pool_handle()
+    with torch.cuda.graph(graph, pool=pool):
+        out = forward()
+    return graph, out, pool
+
+
 class DecodeGraphs:
     def __init__(self, model, backend, slot_table: torch.Tensor, pad_row: int, buckets: tuple[int, ...],
                  max_classes: int = 64) -> None:
@@ -189,17 +206,7 @@ class DecodeGraphs:
         for p in passes:
             if not p.slab:
                 dev[p.off + 2 * p.classes + 1 + bucket:p.off + 3 * p.classes + 1 + bucket] = self.pad_row
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for _ in range(2):  # compile Triton kernels and warm cuBLAS outside the capture
-                self._forward(bucket, passes, dev)
-        torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self.pool):
-            logits, nxt = self._forward(bucket, passes, dev)
+        graph, (logits, nxt), self.pool = capture(lambda: self._forward(bucket, passes, dev), self.pool)
         self.captures += 1
         ev = torch.cuda.Event()
         ev.record()

@@ -25,6 +25,22 @@ from granikv.trace import span
 
 
 @dataclass
+class _ExtendLists:
+    """Host lists of one extend step (ModelRunner._extend_lists)."""
+
+    ids: list[int] = field(default_factory=list)
+    pos: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
+    rows: list[int] = field(default_factory=list)
+    prefix: list[int] = field(default_factory=list)
+    seq: list[int] = field(default_factory=list)
+    indptr: list[int] = field(default_factory=lambda: [0])
+    views: list[ReqView] = field(default_factory=list)
+    sample_reqs: list[Request] = field(default_factory=list)
+    logit_rows: list[int] = field(default_factory=list)
+
+
+@dataclass
 class Launched:
     """A decode step whose GPU work is queued; `complete` turns it into tokens."""
 
@@ -68,59 +84,30 @@ class ModelRunner:
         return torch.tensor(x, dtype=torch.int32, device=self.device)
 
     def run(self, step: Step) -> list[int]:
-        """Run one step synchronously; one sampled token per request that samples this step."""
+        """Run one step synchronously; one sampled token per request that samples this step.
+        An extend step that fits an ExtendGraphs bucket replays its graph; others run eagerly."""
         if step.mode == "decode":
             return self.complete(self.launch_decode(step))
-        if self.extend_graphs is not None:
-            tokens = self._run_extend_graph(step)
-            if tokens is not None:
-                return tokens
         with span("plan"):
-            batch, ids, pos, sample_reqs, logit_rows = self._build_extend(step)
-            self.backend.plan(batch)
-        if not sample_reqs:
-            with span("forward"):
-                self.model.forward(ids, pos, self.backend, logits_index=torch.zeros(0, dtype=torch.long,
-                                                                                     device=self.device))
-            return []
+            h = self._extend_lists(step)
+            key = None if self.extend_graphs is None else self.extend_graphs.key_for(
+                len(h.ids), len(h.rows), max(h.seq, default=0))
+            if key is None:
+                batch = self._extend_batch(h)
+                self.backend.plan(batch)
         with span("forward"):
-            logits = self.model.forward(ids, pos, self.backend, logits_index=self._i32(logit_rows).long())
-        with span("sample"):
-            tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
-        self._set_tokens(sample_reqs, tokens)
-        return tokens
-
-    def _run_extend_graph(self, step: Step) -> list[int] | None:
-        """An extend step through ExtendGraphs when it fits a bucket; None when it does not."""
-        items = step.prefill
-        num_tokens = sum(it.end - it.start for it in items)
-        key = self.extend_graphs.key_for(num_tokens, len(items), max(it.end for it in items))
-        if key is None:
-            return None
-        with span("plan"):
-            ids: list[int] = []
-            pos: list[int] = []
-            slots: list[int] = []
-            rows, prefix, seq, indptr, logit_rows, sample_reqs = [], [], [], [0], [], []
-            for it in items:
-                r = it.req
-                ids.extend(r.all_ids[it.start:it.end])
-                pos.extend(range(it.start, it.end))
-                slots.extend(int(s) for s in r.slots[it.start:it.end])
-                rows.append(r.row)
-                prefix.append(it.start)
-                seq.append(it.end)
-                indptr.append(len(ids))
-                if it.last_chunk:
-                    sample_reqs.append(r)
-                    logit_rows.append(len(ids) - 1)
-        with span("forward"):
-            logits = self.extend_graphs.run(key, ids, pos, slots, rows, prefix, seq, indptr, logit_rows)
-        if not sample_reqs:
+            if key is not None:
+                logits = self.extend_graphs.run(key, h.ids, h.pos, h.slots, h.rows, h.prefix, h.seq, h.indptr,
+                                                h.logit_rows)
+            else:
+                logits = self.model.forward(torch.tensor(h.ids, dtype=torch.long, device=self.device),
+                                            torch.tensor(h.pos, dtype=torch.long, device=self.device),
+                                            self.backend, logits_index=self._i32(h.logit_rows).long())
+        if not h.sample_reqs:
             return []
         with span("sample"):
-            tokens = sample(logits, [r.params for r in sample_reqs], self.generator)
-        self._set_tokens(sample_reqs, tokens)
+            tokens = sample(logits, [r.params for r in h.sample_reqs], self.generator)
+        self._set_tokens(h.sample_reqs, tokens)
         return tokens
 
     def launch_decode(self, step: Step) -> Launched:
@@ -186,32 +173,31 @@ class ModelRunner:
         self._set_tokens(la.reqs, tokens)
         return tokens
 
-    def _build_extend(self, step: Step):
-        ids: list[int] = []
-        pos: list[int] = []
-        slots: list[int] = []
-        views, rows, prefix, indptr = [], [], [], [0]
-        sample_reqs, logit_rows = [], []
+    def _extend_lists(self, step: Step) -> _ExtendLists:
+        """The host side of an extend step: flat tokens, positions, slots, per-request rows,
+        cached prefix lengths, context lengths, query ranges, and which rows sample."""
+        h = _ExtendLists()
         for it in step.prefill:
             r = it.req
-            toks = r.all_ids[it.start:it.end]
-            ids.extend(toks)
-            pos.extend(range(it.start, it.end))
-            slots.extend(int(s) for s in r.slots[it.start:it.end])
-            rows.append(r.row)
-            prefix.append(it.start)
-            indptr.append(len(ids))
-            views.append(ReqView(row=r.row, seq_len=it.end, prefix_len=it.start, slab=r.prefix_slab,
-                                 slots=r.slots, key=r.rid))
+            h.ids.extend(r.all_ids[it.start:it.end])
+            h.pos.extend(range(it.start, it.end))
+            h.slots.extend(int(s) for s in r.slots[it.start:it.end])
+            h.rows.append(r.row)
+            h.prefix.append(it.start)
+            h.seq.append(it.end)
+            h.indptr.append(len(h.ids))
+            h.views.append(ReqView(row=r.row, seq_len=it.end, prefix_len=it.start, slab=r.prefix_slab,
+                                   slots=r.slots, key=r.rid))
             if it.last_chunk:
-                sample_reqs.append(r)
-                logit_rows.append(len(ids) - 1)
-        t = len(ids)
-        batch = StepBatch(
-            mode="extend", reqs=views, num_tokens=t,
-            out_slots=torch.tensor(slots, dtype=torch.long, device=self.device),
-            rows=self._i32(rows), prefix_lens=self._i32(prefix), qo_indptr=self._i32(indptr),
-            seq_lens=self._i32([v.seq_len for v in views]),
+                h.sample_reqs.append(r)
+                h.logit_rows.append(len(h.ids) - 1)
+        return h
+
+    def _extend_batch(self, h: _ExtendLists) -> StepBatch:
+        """The eager extend step's batch (device tensors of `h`)."""
+        return StepBatch(
+            mode="extend", reqs=h.views, num_tokens=len(h.ids),
+            out_slots=torch.tensor(h.slots, dtype=torch.long, device=self.device),
+            rows=self._i32(h.rows), prefix_lens=self._i32(h.prefix), qo_indptr=self._i32(h.indptr),
+            seq_lens=self._i32(h.seq),
         )
-        return batch, torch.tensor(ids, dtype=torch.long, device=self.device), \
-            torch.tensor(pos, dtype=torch.long, device=self.device), sample_reqs, logit_rows
