@@ -192,6 +192,13 @@ def run_engine(args) -> list[dict]:
                 busy, _ = busy_and_span_ms(prof) if dev.type == "cuda" else (0.0, 0.0)
                 _finish(eng, reqs)
                 phases, top = host_breakdown(prof)
+                py_top = None
+                if args.py_profile:
+                    reqs = [eng.add_request(p, one, shared_prefix_len=lp)
+                            for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
+                    sync()
+                    py_top = python_profile(eng.step, sync)
+                    _finish(eng, reqs)
                 rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n,
                        "new": new, "variant": name, "split": variants[name][0],
                        "extend_graphs": list(variants[name][1]), "reps": args.reps,
@@ -200,26 +207,54 @@ def run_engine(args) -> list[dict]:
                        "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
                        "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None,
                        "host_phase_ms": phases, "host_top_ops": top}
+                if py_top is not None:
+                    rec["host_top_python"] = py_top
                 records.append(rec)
                 print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} {name:12s}: "
                       f"step {rec['step_ms']:8.2f} ms (shapes {rec['step_shapes']}), GPU busy {busy:7.2f} ms "
                       f"of {wall:7.2f}; host by phase {phases}", flush=True)
+                for row in py_top or []:
+                    print(f"      py {row[2]:8.3f} ms own {row[3]:8.3f} ms cum x{row[1]:<5d} {row[0]}", flush=True)
     return records
 
 
 def host_breakdown(prof, top: int = 8) -> tuple[dict[str, float], list[list]]:
     """(CPU ms per engine phase — the granikv.trace spans —, the `top` host ops by self CPU
-    time as [name, calls, self ms]) of one profiled step."""
+    time as [name, calls, self ms]) of one profiled step. With CUDA activity on, a span also
+    appears as a GPU-side annotation of the same name and no CPU time; the larger of the two
+    is the span's host time (session 9's records took the GPU one and read 0.0)."""
     phases: dict[str, float] = {}
     ops = []
     for ev in prof.key_averages():
         name = ev.key
         if name.startswith("granikv::"):
-            phases[name.removeprefix("granikv::")] = round(ev.cpu_time_total / 1e3, 3)
+            k = name.removeprefix("granikv::")
+            phases[k] = max(phases.get(k, 0.0), round(ev.cpu_time_total / 1e3, 3))
         elif ev.self_cpu_time_total > 0:
             ops.append([name, int(ev.count), round(ev.self_cpu_time_total / 1e3, 3)])
     ops.sort(key=lambda o: -o[2])
     return phases, ops[:top]
+
+
+def python_profile(fn, sync, top: int = 12) -> list[list]:
+    """Run `fn` (one engine step) under cProfile and return the `top` Python functions by own
+    time as [file:line(function), calls, own ms, cumulative ms]. torch.profiler lists ops only,
+    and a small extend step's host time is mostly Python between them."""
+    import cProfile
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    fn()
+    sync()
+    pr.disable()
+    st = pstats.Stats(pr)
+    rows = []
+    for (file, line, func), (_cc, ncalls, tt, ct, _callers) in st.stats.items():
+        rows.append([f"{file.split('site-packages/')[-1].split('/work/main/')[-1]}:{line}({func})",
+                     int(ncalls), round(tt * 1e3, 3), round(ct * 1e3, 3)])
+    rows.sort(key=lambda r: -r[2])
+    return rows[:top]
 
 
 def _fresh(prefix: list[int], n: int, new: int, vocab: int, rng, used: set[int] | None = None) -> list[list[int]]:
@@ -304,6 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extend-graphs", default="",
                     help="--engine: also time a variant with CUDA graphs for extend steps at these token "
                          "buckets (e.g. 32,64,128,256,512; EngineConfig.extend_graph_tokens)")
+    ap.add_argument("--py-profile", action="store_true",
+                    help="--engine: also run one step per case under cProfile (host_top_python)")
     ap.add_argument("--out", default=None,
                     help="result JSON (default results/h200/microbench/extend-steps.json on cuda; none on cpu)")
     args = ap.parse_args(argv)

@@ -32,7 +32,7 @@ def test_cpu_dry_run_writes_records(tmp_path):
 def test_cpu_engine_mode_times_one_extend_step_per_case(tmp_path):
     out = tmp_path / "engine.json"
     rc = extend_steps.main(["--engine", "--device", "cpu", "--lp", "40", "--cases", "1x5,2x7", "--reps", "2",
-                            "--extend-graphs", "8,16", "--out", str(out)])
+                            "--extend-graphs", "8,16", "--py-profile", "--out", str(out)])
     assert rc == 0
     recs = json.loads(out.read_text())["records"]
     assert {(r["n"], r["new"], r["variant"]) for r in recs} == {(n, k, v) for n, k in ((1, 5), (2, 7))
@@ -43,5 +43,10 @@ def test_cpu_engine_mode_times_one_extend_step_per_case(tmp_path):
     assert all(r["step_ms"] > 0 for r in recs)
     # the profiled step's host time by engine phase, and its costliest host ops
     assert all({"plan", "forward"} <= set(r["host_phase_ms"]) for r in recs)
+    # an eager step's forward is host time on CPU (the GPU-side annotation must not mask it)
+    assert all(r["host_phase_ms"]["forward"] > 0 for r in recs if r["variant"] != "split+graphs")
+    # --py-profile: the Python functions of one more step, by own time
+    assert all(r["host_top_python"] and all(len(x) == 4 and x[2] <= x[3] + 1e-3 for x in r["host_top_python"])
+               for r in recs)
     assert all(r["host_top_ops"] and all(len(o) == 3 and o[2] >= 0 for o in r["host_top_ops"]) for r in recs)
     assert "| 40 | 1 x 5 |" in extend_steps.engine_table(recs)
