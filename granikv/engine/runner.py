@@ -179,9 +179,9 @@ class ModelRunner:
         h = _ExtendLists()
         for it in step.prefill:
             r = it.req
-            h.ids.extend(r.all_ids[it.start:it.end])
+            h.ids.extend(r.token_slice(it.start, it.end))
             h.pos.extend(range(it.start, it.end))
-            h.slots.extend(int(s) for s in r.slots[it.start:it.end])
+            h.slots.extend(r.slots[it.start:it.end].tolist())
             h.rows.append(r.row)
             h.prefix.append(it.start)
             h.seq.append(it.end)

@@ -79,20 +79,25 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     # -- admission -----------------------------------------------------------------------------
-    def _prefix_key(self, req: Request) -> tuple[int, ...]:
-        n = req.shared_prefix_len or self.defer_prefix_tokens
-        return tuple(req.input_ids[: min(n, len(req.input_ids) - 1)])
+    def _prefix_key(self, req: Request) -> tuple[int, bytes]:
+        """(length, bytes) of the prompt's leading tokens that same-prefix requests share; the
+        prompt never changes, so it is built once per request (a 16K-token tuple per request per
+        scheduling pass was ~0.1 ms each on the H200 host)."""
+        if req.prefix_key is None:
+            n = min(req.shared_prefix_len or self.defer_prefix_tokens, len(req.input_ids) - 1)
+            req.prefix_key = (n, req.prompt_arr[:n].tobytes())
+        return req.prefix_key
 
-    def _prefix_cached(self, req: Request, key: tuple[int, ...]) -> bool:
+    def _prefix_cached(self, req: Request, key: tuple[int, bytes]) -> bool:
         """Whether the request's admission found its prefix cached (paged storage caches whole
         pages only, so up to P-1 tokens of the key may be recomputed)."""
         page = getattr(self.storage, "P", 1)
-        return req.cached_tokens + page > len(key)
+        return req.cached_tokens + page > key[0]
 
     def _admit(self, req: Request) -> bool:
         if len(self.running) >= self.max_running:
             return False
-        tokens = req.all_ids
+        tokens = req.kv_tokens(req.seq_len)
         adm = self.storage.admit(tokens, req.shared_prefix_len)
         if adm is None:
             return False
@@ -119,7 +124,7 @@ class Scheduler:
     def _release(self, req: Request, finished: bool) -> None:
         self.running.remove(req)
         if finished:
-            self.storage.finish(req.handle, req.all_ids[: req.kv_len])
+            self.storage.finish(req.handle, req.kv_tokens(req.kv_len))
         else:
             self.storage.abort(req.handle)
         req.handle = None
@@ -148,7 +153,7 @@ class Scheduler:
         items: list[PrefillItem] = []
         # prefixes being computed right now and not cached yet: a request starting with one of
         # them waits until it is cached (once cached, any number of requests reuse it at once)
-        in_flight: set[tuple[int, ...]] = set()
+        in_flight: set[tuple[int, bytes]] = set()
         # continue requests whose prompt is partly prefilled (chunked prefill) first
         for req in self.running:
             if req.kv_len < req.prefill_target:
@@ -214,7 +219,7 @@ class Scheduler:
         if item.last_chunk:
             # let requests admitted from now on share this prompt's KV (SGLang caches unfinished
             # requests the same way); for granikv this is what makes a fresh slab shared
-            self.storage.cache_prompt(req.handle, req.all_ids[: req.kv_len])
+            self.storage.cache_prompt(req.handle, req.kv_tokens(req.kv_len))
 
     def commit_decode(self, req: Request) -> None:
         req.kv_len += 1

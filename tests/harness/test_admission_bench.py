@@ -1,0 +1,21 @@
+"""harness.microbench.admission: the engine's per-request host path (add_request, admission,
+prompt caching, finish) runs for every system and writes one record per (system, Lp)."""
+
+from __future__ import annotations
+
+import json
+
+from harness.microbench import admission
+
+
+def test_runs_every_phase_and_writes_records(tmp_path):
+    out = tmp_path / "admission.json"
+    assert admission.main(["--lp", "40,700", "--batch", "3", "--rounds", "2", "--label", "t", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    recs = doc["records"]
+    assert {(r["system"], r["Lp"]) for r in recs} == {(s, lp) for s in admission.SYSTEMS for lp in (40, 700)}
+    for r in recs:
+        parts = [r[f"{p}_us"] for p in admission.PHASES]
+        assert all(x > 0 for x in parts) and r["label"] == "t"
+        assert r["us_per_request"] > 0
+    assert doc["env"]["git_sha"] is None or len(doc["env"]["git_sha"]) == 40
