@@ -47,6 +47,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from granikv.server import aio
 from harness import systems
+from harness.provenance import git_sha
 from harness.sweeps import ROOT, cell_id
 
 EXIT_EXISTS = 3
@@ -252,21 +253,6 @@ def max_context_for(cfg: DictConfig, requests) -> int:
 
 
 # --------------------------------------------------------------------------- environment
-
-
-def git_sha() -> str:
-    """HEAD (+"-dirty"); on hosts that get a copy of the tree without .git (an offline GPU box),
-    the caller passes the commit in GIT_SHA."""
-    if os.environ.get("GIT_SHA"):
-        return os.environ["GIT_SHA"]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _version(dist: str) -> str | None:

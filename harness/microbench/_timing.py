@@ -10,7 +10,6 @@ those numbers only prove the script runs, and nothing is written as a measuremen
 
 from __future__ import annotations
 
-import os
 import platform
 import subprocess
 import time
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from harness.provenance import git_sha
 
 
 @dataclass(frozen=True)
@@ -84,7 +85,7 @@ def env_info() -> dict:
         "python": platform.python_version(),
         "host": platform.node(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "git_sha": os.environ.get("GIT_SHA") or _git_sha(),
+        "git_sha": git_sha(None),
     }
     try:
         import triton
@@ -120,11 +121,3 @@ def env_info() -> dict:
     else:
         info.update(gpu="cpu", gpu_count=0)
     return info
-
-
-def _git_sha() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
-    except Exception:
-        return None

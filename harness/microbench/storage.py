@@ -26,13 +26,13 @@ import gc
 import json
 import os
 import platform
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
 from granikv.memory import ColdPool, HotPool, make_storage
+from harness.provenance import git_sha
 
 NUM_SLOTS = 1 << 20
 LP = 16384
@@ -53,10 +53,7 @@ def env() -> dict:
                 break
     except OSError:
         pass
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        sha = None
+    sha = git_sha(None)
     return {"cpu": cpu, "cpu_count": os.cpu_count(), "loadavg_1m": os.getloadavg()[0],
             "python": platform.python_version(),
             "torch": torch.__version__, "numpy": np.__version__, "git_sha": sha,

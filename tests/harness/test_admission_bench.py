@@ -4,6 +4,7 @@ prompt caching, finish) runs for every system and writes one record per (system,
 from __future__ import annotations
 
 import json
+import re
 
 from harness.microbench import admission
 
@@ -18,4 +19,5 @@ def test_runs_every_phase_and_writes_records(tmp_path):
         parts = [r[f"{p}_us"] for p in admission.PHASES]
         assert all(x > 0 for x in parts) and r["label"] == "t"
         assert r["us_per_request"] > 0
-    assert doc["env"]["git_sha"] is None or len(doc["env"]["git_sha"]) == 40
+    sha = doc["env"]["git_sha"]
+    assert sha is None or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", sha)
