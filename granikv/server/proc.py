@@ -8,7 +8,7 @@ throughput, and harness/microbench/server.py reproduces it on any host. SGLang a
 separate the two for the same reason.
 
 Protocol (two one-way pipes, so no connection end is used by two threads):
-- commands, parent -> child: ("add", rid, ids, params, hint), ("abort", rid),
+- commands, parent -> child: ("add", rid, ids (int32 array), params, hint), ("abort", rid),
   ("call", call_id, name, arg) for flush / stats / profile, ("stop",);
 - messages, child -> parent: ("ready", info) or ("error", text) once at start, then
   ("out", items) once per step (items: (rid, token, finished, finish_reason, prompt_tokens,
@@ -24,6 +24,8 @@ import multiprocessing as mp
 import signal
 import threading
 import traceback
+
+import numpy as np
 
 from granikv.config import EngineConfig
 from granikv.server.loop import Event, _settle, engine_info, fan_out, profile_window
@@ -178,7 +180,10 @@ class EngineProcess:
         if self.fatal:
             q.put_nowait(Event(None, True, "error", error="engine failure"))
             return q
-        self._send(("add", rid, input_ids, params, shared_prefix_len))
+        # int32 bytes, not a list: the engine process unpickles it in ~3 µs instead of ~0.27 ms
+        # for a 16K-token prompt, and add_request skips the list conversion (the ids are checked
+        # integers in [0, vocab) by now: app._ids)
+        self._send(("add", rid, np.asarray(input_ids, dtype=np.int32), params, shared_prefix_len))
         return q
 
     def abort(self, rid: str) -> None:

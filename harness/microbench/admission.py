@@ -13,7 +13,8 @@ times the storage calls on arrays, so it never saw the conversions.
 Scenario, per system and Lp: the engine (tiny model on the CPU; 64K slots, at most 256
 running, 8192-token prefill budget; no forward is run), the Lp-token prefix cached by a first
 request; then `--rounds` rounds of `--batch` requests, each the prefix + a 100-token suffix
-handed over as Python lists (as `Engine.add_request` receives them; built before the timing).
+handed over as Python lists (as in-process callers pass them) or, with `--prompts array`, as the
+int32 arrays the server process sends the engine process (both built before the timing).
 Per round: `Engine.add_request` of each (checks, Request, queue: `create`), `schedule()`
 (admission: radix match, HOT slab lookup, slots: `schedule`), `commit_prefill` of every item
 (the prompt is cached: `commit`), one output token each, and `finish` (inserted into the radix
@@ -42,7 +43,7 @@ SUFFIX = 100
 PHASES = ("create", "schedule", "commit", "finish")
 
 
-def run(system: str, lp: int, batch: int, rounds: int, seed: int = 0) -> dict:
+def run(system: str, lp: int, batch: int, rounds: int, seed: int = 0, form: str = "list") -> dict:
     rng = np.random.default_rng(seed)
     max_ctx = lp + 1024
     # the engine itself (tiny model on the CPU, no forward is run): its add_request, scheduler
@@ -54,8 +55,9 @@ def run(system: str, lp: int, batch: int, rounds: int, seed: int = 0) -> dict:
     prefix = rng.integers(1, 1000, size=lp).tolist()
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
 
-    def prompts(k: int) -> list[list[int]]:
-        return [prefix + rng.integers(1, 1000, size=SUFFIX).tolist() for _ in range(k)]
+    def prompts(k: int) -> list:
+        ps = [prefix + rng.integers(1, 1000, size=SUFFIX).tolist() for _ in range(k)]
+        return [np.asarray(p, dtype=np.int32) for p in ps] if form == "array" else ps
 
     def new_reqs(ps: list[list[int]]) -> list[Request]:
         return [eng.add_request(p, one, shared_prefix_len=lp) for p in ps]
@@ -96,7 +98,7 @@ def run(system: str, lp: int, batch: int, rounds: int, seed: int = 0) -> dict:
     for _ in range(rounds):
         one_round(times)
     total = [sum(v) for v in zip(*times.values())]
-    rec = {"system": system, "Lp": lp, "batch": batch, "rounds": rounds, "suffix": SUFFIX,
+    rec = {"system": system, "Lp": lp, "batch": batch, "rounds": rounds, "suffix": SUFFIX, "prompts": form,
            "us_per_request": round(float(np.median(total)), 2)}
     rec.update({f"{k}_us": round(float(np.median(v)), 2) for k, v in times.items()})
     return rec
@@ -108,18 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=8, help="requests per prefill step")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--prompts", default="list", help="list (in-process callers) | array (int32, as the server "
+                    "process sends them) | list,array")
     ap.add_argument("--label", default="", help="recorded as is (e.g. before/after a change)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     records = []
     print(f"{'system':8} {'Lp':>6} {'µs/request':>10} " + " ".join(f"{p + ' µs':>11}" for p in PHASES))
-    for system in args.systems.split(","):
-        for lp in (int(x) for x in args.lp.split(",")):
-            rec = run(system, lp, args.batch, args.rounds)
-            rec["label"] = args.label
-            records.append(rec)
-            print(f"{system:8} {lp:6d} {rec['us_per_request']:10.1f} "
-                  + " ".join(f"{rec[p + '_us']:11.1f}" for p in PHASES), flush=True)
+    for form in args.prompts.split(","):
+        for system in args.systems.split(","):
+            for lp in (int(x) for x in args.lp.split(",")):
+                rec = run(system, lp, args.batch, args.rounds, form=form)
+                rec["label"] = args.label
+                records.append(rec)
+                print(f"{system:8} {lp:6d} {rec['us_per_request']:10.1f} "
+                      + " ".join(f"{rec[p + '_us']:11.1f}" for p in PHASES) + f"  ({form})", flush=True)
     if args.out:
         import json
         from pathlib import Path

@@ -11,10 +11,12 @@ from harness.microbench import admission
 
 def test_runs_every_phase_and_writes_records(tmp_path):
     out = tmp_path / "admission.json"
-    assert admission.main(["--lp", "40,700", "--batch", "3", "--rounds", "2", "--label", "t", "--out", str(out)]) == 0
+    assert admission.main(["--lp", "40,700", "--batch", "3", "--rounds", "2", "--label", "t",
+                           "--prompts", "list,array", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     recs = doc["records"]
-    assert {(r["system"], r["Lp"]) for r in recs} == {(s, lp) for s in admission.SYSTEMS for lp in (40, 700)}
+    assert {(r["system"], r["Lp"], r["prompts"]) for r in recs} == {
+        (s, lp, f) for s in admission.SYSTEMS for lp in (40, 700) for f in ("list", "array")}
     for r in recs:
         parts = [r[f"{p}_us"] for p in admission.PHASES]
         assert all(x > 0 for x in parts) and r["label"] == "t"
