@@ -19,15 +19,17 @@ Per round: `Engine.add_request` of each (checks, Request, queue: `create`), `sch
 (admission: radix match, HOT slab lookup, slots: `schedule`), `commit_prefill` of every item
 (the prompt is cached: `commit`), one output token each, and `finish` (inserted into the radix
 tree, freed: `finish`). Records the median µs per request of each phase and of their sum over
-the rounds. Host only, so a CPU host measures it; the device host's CPU differs (its
-list-to-array conversion of a 16K prompt took ~0.29 ms in
-`results/h200/microbench/extend-steps-pyprof.json`, this one's ~0.2 ms).
+the rounds, and `unpickle_us`: receiving one prompt in that form over the server's pipe. Host
+only, so a CPU host measures it; the device host's CPU differs (its list-to-array conversion of a
+16K prompt took ~0.29 ms in `results/h200/microbench/history/extend-steps-pyprof-15179d1.json`,
+this one's ~0.2 ms).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import pickle
 import time
 
 import numpy as np
@@ -98,9 +100,20 @@ def run(system: str, lp: int, batch: int, rounds: int, seed: int = 0, form: str 
     for _ in range(rounds):
         one_round(times)
     total = [sum(v) for v in zip(*times.values())]
+    # what the engine process pays to receive one prompt from the server process (Pipe.recv
+    # unpickles it), in this form
+    blobs = [pickle.dumps(p, protocol=pickle.HIGHEST_PROTOCOL) for p in prompts(batch)]
+    perf = time.perf_counter_ns
+    unpickle = []
+    for _ in range(rounds):
+        for b in blobs:
+            t0 = perf()
+            pickle.loads(b)
+            unpickle.append((perf() - t0) / 1e3)
     rec = {"system": system, "Lp": lp, "batch": batch, "rounds": rounds, "suffix": SUFFIX, "prompts": form,
            "us_per_request": round(float(np.median(total)), 2)}
     rec.update({f"{k}_us": round(float(np.median(v)), 2) for k, v in times.items()})
+    rec["unpickle_us"] = round(float(np.median(unpickle)), 2)
     return rec
 
 
@@ -124,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
                 rec["label"] = args.label
                 records.append(rec)
                 print(f"{system:8} {lp:6d} {rec['us_per_request']:10.1f} "
-                      + " ".join(f"{rec[p + '_us']:11.1f}" for p in PHASES) + f"  ({form})", flush=True)
+                      + " ".join(f"{rec[p + '_us']:11.1f}" for p in PHASES)
+                      + f"  ({form}; unpickle {rec['unpickle_us']:.1f} µs)", flush=True)
     if args.out:
         import json
         from pathlib import Path

@@ -20,6 +20,6 @@ def test_runs_every_phase_and_writes_records(tmp_path):
     for r in recs:
         parts = [r[f"{p}_us"] for p in admission.PHASES]
         assert all(x > 0 for x in parts) and r["label"] == "t"
-        assert r["us_per_request"] > 0
+        assert r["us_per_request"] > 0 and r["unpickle_us"] > 0
     sha = doc["env"]["git_sha"]
     assert sha is None or re.fullmatch(r"[0-9a-f]{40}(-dirty)?", sha)
