@@ -23,7 +23,9 @@ import itertools
 import multiprocessing as mp
 import signal
 import threading
+import time
 import traceback
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -36,6 +38,28 @@ class EngineError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- child side
+
+
+@dataclass
+class LoopClock:
+    """Where the engine process's wall time goes, outside and around `Engine.step()`.
+
+    A serving run's duration exceeds the engine's own step totals (`step_time_s`) by 0.1–0.9 s
+    in H200 cells of every system (docs/reproduction.md); this says which part of the loop holds
+    it: waiting with no work (`idle_s`: requests not here yet), receiving and admitting requests
+    (`add_s`), other commands (`cmd_s`), the step calls (`step_s`, which the step log times from
+    inside), or sending their outputs to the server process (`send_s`)."""
+
+    idle_s: float = 0.0
+    add_s: float = 0.0
+    adds: int = 0
+    cmd_s: float = 0.0
+    step_s: float = 0.0
+    steps: int = 0
+    send_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
 def _items(outs) -> list[tuple]:
@@ -58,22 +82,34 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
         msgs.send(("error", f"{type(e).__name__}: {e}"))
         return
     msgs.send(("ready", engine_info(engine)))
+    clock = LoopClock()
+    perf = time.perf_counter
 
     def step() -> bool:
         if not engine.has_work():
             return False
-        msgs.send(("out", _items(engine.step())))
+        t0 = perf()
+        outs = engine.step()
+        t1 = perf()
+        msgs.send(("out", _items(outs)))
+        clock.step_s += t1 - t0
+        clock.send_s += perf() - t1
+        clock.steps += 1
         return True
 
     def handle(cmd) -> bool:
         kind = cmd[0]
+        t0 = perf()
         if kind == "add":
             _, rid, ids, params, hint = cmd
             try:
                 engine.add_request(ids, params, rid=rid, shared_prefix_len=hint)
             except ValueError as e:
                 msgs.send(("out", [(rid, None, True, "error", 0, 0, 0, str(e))]))
-        elif kind == "abort":
+            clock.add_s += perf() - t0
+            clock.adds += 1
+            return True
+        if kind == "abort":
             engine.abort(cmd[1])
         elif kind == "call":
             _, cid, name, arg = cmd
@@ -81,7 +117,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
                 if name == "flush":
                     value = engine.flush_cache()
                 elif name == "stats":
-                    value = engine.stats()
+                    value = {**engine.stats(), "loop": clock.as_dict()}
                 elif name == "profile":
                     value = profile_window(engine, step, arg)
                 else:
@@ -91,15 +127,21 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
                 msgs.send(("reply", cid, False, f"{type(e).__name__}: {e}"))
         elif kind == "stop":
             return False
+        clock.cmd_s += perf() - t0
         return True
 
     try:
         running = True
         while running:
             if not engine.has_work():
+                t0 = perf()
                 cmds.poll(0.5)  # idle: wait for a command
+                clock.idle_s += perf() - t0
             while running and cmds.poll(0):
-                running = handle(cmds.recv())
+                t0 = perf()
+                cmd = cmds.recv()
+                clock.add_s += perf() - t0 if cmd[0] == "add" else 0.0  # unpickling the prompt
+                running = handle(cmd)
             if running:
                 step()
     except EOFError:

@@ -329,6 +329,11 @@ def test_engine_process_serves_streams_counters_flush_and_errors():
     ref = Engine(tiny_config("granikv", kernel_impl="torch", max_running=16, max_context=256))
     assert plain["output_ids"] == ref.generate([[1, 2, 3]], SamplingParams(max_new_tokens=3))[0]
     assert info["steps"]["decode"] > 0 and info["hot_admits"] >= 1
+    # the engine process's loop clock: every request received and admitted, every step timed
+    loop = info["loop"]
+    assert loop["adds"] == 7 and loop["steps"] == sum(info["steps"].values()) and loop["add_s"] > 0
+    step_log_s = sum(info["step_time_s"].values())
+    assert loop["step_s"] >= 0.9 * step_log_s and all(loop[k] >= 0 for k in ("idle_s", "send_s", "cmd_s"))
     assert flushed == 200
     assert prof == 400  # profiling needs CUDA: a clear 4xx on a CPU engine, not a crash
     assert not handle.proc.is_alive()

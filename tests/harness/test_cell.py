@@ -216,3 +216,14 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it():
+    from harness.cell import engine_counters, warmup_counters
+
+    info = {"steps": {"extend": 3, "decode": 9}, "step_time_s": {"extend": 0.5, "decode": 1.5},
+            "loop": {"idle_s": 0.2, "add_s": 0.1, "adds": 4, "step_s": 2.1, "steps": 12, "send_s": 0.05,
+                     "cmd_s": 0.0}}
+    out = engine_counters(info)
+    assert out["loop_step_s"] == 2.1 and out["loop_adds"] == 4 and out["extend_time_s"] == 0.5
+    assert warmup_counters(info)["loop_idle_s"] == 0.2
