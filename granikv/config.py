@@ -69,6 +69,11 @@ class EngineConfig:
     # cached prefix) across programs and fold the partials (granikv.kernels.extend); False runs
     # one program per query tile and KV head, whatever the step's size
     extend_split_keys: bool = True
+    # how many splits: "fill" (split until the programs fill 2 waves of SMs) or "long-keys"
+    # (also >= 4 splits behind >= 8K keys while the programs are within 6 waves, and none behind
+    # shorter keys once one split fills 3/4 of a wave; ExtendSplitPolicy.named). "long-keys" fits
+    # the session-8 kernel sweep; not yet measured in serving cells, hence not the default.
+    extend_split_rule: str = "fill"
 
     # runner
     cuda_graphs: bool = True
@@ -97,6 +102,8 @@ class EngineConfig:
             raise ValueError("page sizes must be >= 1")
         if self.max_running < 1 or self.max_context < 2:
             raise ValueError("max_running must be >= 1 and max_context >= 2")
+        if self.extend_split_rule not in ("fill", "long-keys"):
+            raise ValueError(f"extend_split_rule must be fill or long-keys, got {self.extend_split_rule!r}")
         if self.kernel_impl not in ("triton", "torch"):
             raise ValueError(f"kernel_impl must be triton or torch, got {self.kernel_impl!r}")
         if self.kv_budget_gb is not None and self.kv_budget_gb <= 0:

@@ -17,12 +17,14 @@ from granikv.kernels.prefix_classes import PrefixClasses
 
 
 class KernelOps:
-    def __init__(self, impl: str = "triton", dense_impl: str = "auto", split_extend: bool = True) -> None:
+    def __init__(self, impl: str = "triton", dense_impl: str = "auto", split_extend: bool = True,
+                 split_policy: K.ExtendSplitPolicy | None = None) -> None:
         if impl not in ("triton", "torch"):
             raise ValueError(f"kernel impl must be triton or torch, got {impl!r}")
         self.impl = impl
         self.dense_impl = dense_impl
         self.split_extend = split_extend  # EngineConfig.extend_split_keys
+        self.split_policy = split_policy or K.ExtendSplitPolicy()  # EngineConfig.extend_split_rule
 
     def store_kv(self, k_cache, v_cache, slots, k, v) -> None:
         if self.impl == "torch":
@@ -41,7 +43,7 @@ class KernelOps:
             splits = 1
         return K.extend(q, k_cache, v_cache, slot_table, rows, qo_indptr, prefix_lens, sm_scale,
                         max_qo_len=max_qo_len, max_kv_len=max_kv_len if self.split_extend else None,
-                        splits=splits)
+                        splits=splits, policy=self.split_policy)
 
     def warm_extend(self, k_cache, v_cache, slot_table, num_q_heads: int, sm_scale: float) -> int:
         """Compile the extend kernel's variants (one split; split keys and their fold) before a
@@ -63,7 +65,8 @@ class KernelOps:
         plen = torch.tensor([prefix], **i32)
         variants = (1, 2) if self.split_extend else (1,)
         for splits in variants:
-            K.extend(q, k_cache, v_cache, slot_table, rows, indptr, plen, sm_scale, max_qo_len=new, splits=splits)
+            K.extend(q, k_cache, v_cache, slot_table, rows, indptr, plen, sm_scale, max_qo_len=new, splits=splits,
+                     policy=self.split_policy)
         return len(variants)
 
     def decode(self, q, k_cache, v_cache, slot_table, rows, kv_start, kv_len, sm_scale):

@@ -20,6 +20,7 @@ from granikv.attention.paged import PagedBackend
 from granikv.config import PREFIX_PASS_MIN_SAVED_MIB, EngineConfig
 from granikv.dist import TPGroup
 from granikv.engine.runner import ModelRunner
+from granikv.kernels import ExtendSplitPolicy
 from granikv.memory.kv_cache import KVCache
 from granikv.memory.storage import storage_from_config
 from granikv.model.spec import ModelSpec, load_spec
@@ -68,7 +69,8 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
     storage = storage_from_config(cfg, n_slots)
     # one extra all-zero row: padded batch entries read it (slot 0 only)
     slot_table = torch.zeros(cfg.max_running + 1, cfg.max_context, dtype=torch.int32, device=device)
-    ops = KernelOps(cfg.kernel_impl, split_extend=cfg.extend_split_keys)
+    ops = KernelOps(cfg.kernel_impl, split_extend=cfg.extend_split_keys,
+                    split_policy=ExtendSplitPolicy.named(cfg.extend_split_rule))
     args = (kv.k, kv.v, slot_table, hq, hkv, spec.head_dim, ops)
     if cfg.system == "paged":
         backend: AttentionBackend = PagedBackend(*args)

@@ -81,7 +81,7 @@ class ExtendGraphs:
         self.req_buckets = tuple(sorted(req_buckets))
         self.device = device
         self.use_graphs = use_graphs and device.type == "cuda"
-        self.policy = policy or ExtendSplitPolicy()
+        self.policy = policy or backend.ops.split_policy
         self.cfg = cfg or ExtendConfig()
         self.sms = num_sms(device)
         self.graphs: dict[ExtendKey, _Graph] = {}

@@ -61,6 +61,27 @@ class ExtendSplitPolicy:
     min_split_len: int = 512
     max_splits: int = 32
     workspace_bytes: int = 64 << 20
+    # The long-key rule (off while long_keys == 0; `long_keys()` below). Session 8's kernel
+    # sweep (results/h200/microbench/extend-steps.json) found the fill rule above wrong at both
+    # ends: behind >= 8K keys a program is long enough that wave-quantization tails matter, and
+    # 3x160, 8x160 and 16x160 steps at Lp=16K ran 1.25x, 1.44x and 1.12x faster with 4 splits
+    # than with the 3, 1 and 1 the fill rule picks; behind 2K keys a step whose one-split
+    # programs already fill most of a wave (3x160: 120 programs) ran 18% slower split.
+    long_keys: int = 0  # keys at and above which a step takes >= long_key_splits ...
+    long_key_splits: int = 4
+    long_key_waves: float = 6.0  # ... while its one-split programs are within this many waves
+    full_wave: float = 0.0  # below long_keys: one split once one-split programs fill this share of a wave
+
+    @staticmethod
+    def named(rule: str) -> ExtendSplitPolicy:
+        """`fill` (the default: the fill rule alone) or `long-keys` (the fill rule with the
+        long-key rule and the short-key full-wave rule, and a workspace that holds 4 splits of
+        a 16x160 step)."""
+        if rule == "fill":
+            return ExtendSplitPolicy()
+        if rule == "long-keys":
+            return ExtendSplitPolicy(long_keys=8192, full_wave=0.75, workspace_bytes=256 << 20)
+        raise ValueError(f"extend split rule must be fill or long-keys, got {rule!r}")
 
 
 def extend_splits(num_tokens: int, num_reqs: int, num_q_heads: int, num_kv_heads: int, head_dim: int,
@@ -76,6 +97,10 @@ def extend_splits(num_tokens: int, num_reqs: int, num_q_heads: int, num_kv_heads
     want = triton.cdiv(int(pol.target_waves * sms), busy)
     by_len = max_kv_len // pol.min_split_len
     by_mem = pol.workspace_bytes // (num_tokens * num_q_heads * (head_dim + 1) * 4)
+    if pol.long_keys and max_kv_len >= pol.long_keys and busy <= pol.long_key_waves * sms:
+        want = max(want, pol.long_key_splits)
+    elif pol.full_wave and (not pol.long_keys or max_kv_len < pol.long_keys) and busy >= pol.full_wave * sms:
+        return 1
     return max(1, min(want, by_len, by_mem, pol.max_splits))
 
 

@@ -21,6 +21,8 @@ _FIELD_HELP = {
     "num_slots": "explicit KV slot count (overrides kv_budget_gb / mem_fraction)",
     "fused_elementwise": "Triton kernels for residual add + RMSNorm, SiLU*up and RoPE on CUDA (CPU: torch)",
     "extend_split_keys": "split the keys of small prefill steps behind long cached prefixes across programs",
+    "extend_split_rule": "how many key splits: fill (fill 2 waves of SMs) or long-keys (also >= 4 behind >= 8K "
+                         "keys, none behind shorter keys once one split fills 3/4 of a wave)",
 }
 
 

@@ -30,6 +30,7 @@ the numbers only prove the script runs; nothing is written unless --out is given
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -78,7 +79,7 @@ def run(args) -> list[dict]:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     elt = torch.empty((), dtype=dtype).element_size()
     cfg = ExtendConfig() if dev.type == "cuda" else ExtendConfig(block_m=16, block_n=16, num_warps=4, num_stages=2)
-    policy = ExtendSplitPolicy(min_split_len=args.min_split_len)
+    policy = dataclasses.replace(ExtendSplitPolicy.named(args.rule), min_split_len=args.min_split_len)
     hq, hkv, d = args.heads
     sms = num_sms(dev)
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -146,16 +147,20 @@ def run_engine(args) -> list[dict]:
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
     rng = random.Random(0)
     used: set[int] = set()  # first suffix tokens so far (see _fresh)
-    # variant -> (key splits, extend-graph token buckets)
-    variants = {"split": (True, ()), "no-split": (False, ())}
+    # variant -> (key splits, extend-graph token buckets, split rule)
+    variants = {"split": (True, (), "fill"), "no-split": (False, (), "fill")}
     if args.extend_graphs:
-        variants["split+graphs"] = (True, tuple(args.extend_graphs))
+        variants["split+graphs"] = (True, tuple(args.extend_graphs), "fill")
+    if args.rule != "fill":  # the same steps with the other split rule (EngineConfig.extend_split_rule)
+        variants[f"split:{args.rule}"] = (True, (), args.rule)
+        if args.extend_graphs:
+            variants[f"split:{args.rule}+graphs"] = (True, tuple(args.extend_graphs), args.rule)
     engines = {}
-    for name, (split, buckets) in variants.items():
+    for name, (split, buckets, rule) in variants.items():
         cfg = EngineConfig(model=args.model, device=args.device, system=args.system, max_context=max_ctx,
                            max_running=max(8, max(n for n, _ in args.cases)), cuda_graphs=bool(buckets),
                            capture_at_start=False, min_prefix_for_hot=min(args.lp), extend_split_keys=split,
-                           extend_graph_tokens=buckets, extend_graph_reqs=(2, 4, 8, 16, 32, 64),
+                           extend_graph_tokens=buckets, extend_graph_reqs=(2, 4, 8, 16, 32, 64), extend_split_rule=rule,
                            kernel_impl="triton", kv_budget_gb=16.0 if dev.type == "cuda" else None)
         engines[name] = Engine(cfg, model=model)
     records: list[dict] = []
@@ -201,7 +206,7 @@ def run_engine(args) -> list[dict]:
                     _finish(eng, reqs)
                 rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n,
                        "new": new, "variant": name, "split": variants[name][0],
-                       "extend_graphs": list(variants[name][1]), "reps": args.reps,
+                       "extend_graphs": list(variants[name][1]), "split_rule": variants[name][2], "reps": args.reps,
                        "step_ms": round(statistics.median(times[name]), 3),
                        "step_ms_min": round(min(times[name]), 3), "step_shapes": sorted(set(shapes[name])),
                        "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
@@ -339,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extend-graphs", default="",
                     help="--engine: also time a variant with CUDA graphs for extend steps at these token "
                          "buckets (e.g. 32,64,128,256,512; EngineConfig.extend_graph_tokens)")
+    ap.add_argument("--rule", default="fill", choices=("fill", "long-keys"),
+                    help="ExtendSplitPolicy.named: the `auto` splits of the kernel records; --engine: adds "
+                         "variants with EngineConfig.extend_split_rule set to it")
     ap.add_argument("--py-profile", action="store_true",
                     help="--engine: also run one step per case under cProfile (host_top_python)")
     ap.add_argument("--out", default=None,

@@ -34,11 +34,13 @@ def test_padded_extend_steps_give_the_plain_paths_tokens(system):
 def test_padded_extend_steps_with_triton_kernels_and_fixed_splits(monkeypatch):
     """Through the Triton extend kernel (interpreter) with the graph key's split count: the
     policy's minimum split length lowered so the late arrivals' small steps split their keys."""
-    import importlib
+    from granikv.engine import builder
+    from granikv.kernels import ExtendSplitPolicy
 
-    ext = importlib.import_module("granikv.kernels.extend")
-    real = ext.ExtendSplitPolicy
-    monkeypatch.setattr("granikv.engine.extend_graphs.ExtendSplitPolicy", lambda: real(min_split_len=8))
+    class Named:  # EngineConfig.extend_split_rule -> this policy (the engine's KernelOps and graphs)
+        named = staticmethod(lambda rule: ExtendSplitPolicy(min_split_len=8))
+
+    monkeypatch.setattr(builder, "ExtendSplitPolicy", Named)
     prompts = multi_prefix_prompts(seed=2, prefix_lens=(30,), per_prefix=(4,))
     plain, _ = run_staggered(Engine(tiny_config("granikv", kernel_impl="torch")), prompts, 5, late_after=2)
     graphed, eng = run_staggered(Engine(tiny_config("granikv", kernel_impl="triton", **GRAPHS)), prompts, 5,

@@ -4,6 +4,7 @@ that arrive while others are decoding, and classes that take the dense, cascade 
 
 from __future__ import annotations
 
+import pytest
 from engine_testutil import multi_prefix_prompts, tiny_config
 
 from granikv.engine.engine import Engine
@@ -67,28 +68,47 @@ def test_three_systems_agree_with_triton_kernels():
     assert att["dense_steps"] > 0 and att["cascade_steps"] > 0, att
 
 
-def test_three_systems_agree_with_split_key_extend(monkeypatch):
+@pytest.mark.parametrize("rule", ["fill", "long-keys"])
+def test_three_systems_agree_with_split_key_extend(monkeypatch, rule):
     """The engine passes its host bounds to the extend kernel, which splits the keys of small
     prefill steps (on an H200: under 2 waves of programs and >= 1024 keys). With the policy's
     minimum split length lowered to 8 keys, the tiny model's late arrivals (a few tokens behind a
-    cached 20-33-token prefix) take the split path; the tokens must not change."""
+    cached 20-33-token prefix) take the split path; the tokens must not change. `long-keys`
+    (EngineConfig.extend_split_rule) with its thresholds scaled down to these contexts takes
+    its long-key branch (>= 4 splits) on the same steps."""
     import importlib
+
+    from granikv.engine import builder
 
     ext = importlib.import_module("granikv.kernels.extend")  # the package re-exports a function of that name
     calls = []
     real_policy, real_splits = ext.ExtendSplitPolicy, ext.extend_splits
-    monkeypatch.setattr(ext, "ExtendSplitPolicy", lambda: real_policy(min_split_len=8))
+    tiny = {"fill": real_policy(min_split_len=8),
+            "long-keys": real_policy(min_split_len=8, long_keys=24, long_key_splits=4, full_wave=0.75)}
+
+    asked = []
+
+    class Named:
+        @staticmethod
+        def named(r):
+            asked.append(r)
+            return tiny[rule]
+
+    monkeypatch.setattr(builder, "ExtendSplitPolicy", Named)
 
     def spy(*a, **kw):
         s = real_splits(*a, **kw)
-        calls.append(s)
+        calls.append((s, kw.get("policy") or a[-1]))
         return s
 
     monkeypatch.setattr(ext, "extend_splits", spy)
     prompts = multi_prefix_prompts(seed=1, prefix_lens=(20, 33), per_prefix=(3, 2))
-    outs, _ = _run_all(prompts, 4, kernel_impl="triton", late_after=2)
+    outs, _ = _run_all(prompts, 4, kernel_impl="triton", late_after=2, extend_split_rule=rule)
     ref, _ = _run_all(prompts, 4, kernel_impl="torch", late_after=2)
-    assert max(calls) > 1, calls
+    assert rule in asked and all(pol is tiny[rule] for _, pol in calls)
+    assert max(s for s, _ in calls) > 1, calls
+    if rule == "long-keys":
+        assert max(s for s, _ in calls) >= 4, calls
     assert outs["paged"] == ref["paged"]
     assert outs["cascade"] == outs["paged"]
     assert outs["granikv"] == outs["paged"]

@@ -50,3 +50,17 @@ def test_cpu_engine_mode_times_one_extend_step_per_case(tmp_path):
                for r in recs)
     assert all(r["host_top_ops"] and all(len(o) == 3 and o[2] >= 0 for o in r["host_top_ops"]) for r in recs)
     assert "| 40 | 1 x 5 |" in extend_steps.engine_table(recs)
+
+
+def test_cpu_rule_long_keys_adds_its_engine_variant_and_picks_kernel_auto_splits(tmp_path):
+    out = tmp_path / "engine.json"
+    assert extend_steps.main(["--engine", "--device", "cpu", "--lp", "40", "--cases", "1x5", "--reps", "1",
+                              "--rule", "long-keys", "--out", str(out)]) == 0
+    recs = json.loads(out.read_text())["records"]
+    assert {(r["variant"], r["split_rule"]) for r in recs} == {
+        ("split", "fill"), ("no-split", "fill"), ("split:long-keys", "long-keys")}
+    out2 = tmp_path / "kernel.json"
+    assert extend_steps.main(["--device", "cpu", "--lp", "70", "--cases", "1x3", "--rep-ms", "1",
+                              "--rule", "long-keys", "--out", str(out2)]) == 0
+    doc = json.loads(out2.read_text())
+    assert doc["config"]["rule"] == "long-keys" and doc["records"]

@@ -261,3 +261,24 @@ def test_cascade_plus_suffix_equals_full_decode(form, dtype):
                               i32(full), sm)
     assert rel_err(op, ro) < TOL[dtype]
     check_lse(lp_, rl, TOL[dtype])
+
+
+def test_extend_splits_long_key_rule():
+    """`long-keys` (EngineConfig.extend_split_rule): the fill rule's picks at session 8's kernel
+    sweep shapes, except >= 4 splits behind >= 8K keys while the one-split programs fit in 6 waves,
+    and one split behind shorter keys once they fill 3/4 of a wave. `fill` is unchanged."""
+    fill, lk = ExtendSplitPolicy.named("fill"), ExtendSplitPolicy.named("long-keys")
+    assert fill == ExtendSplitPolicy()
+    kw = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, block_m=128, sms=132)
+    cases = {  # (Lp, n, new): (fill, long-keys)
+        (2048, 1, 20): (4, 4), (2048, 1, 160): (4, 4), (2048, 3, 160): (3, 1), (2048, 8, 160): (1, 1),
+        (16384, 1, 20): (32, 32), (16384, 1, 160): (7, 7), (16384, 3, 160): (3, 4),
+        (16384, 8, 160): (1, 4), (16384, 16, 160): (1, 4), (16384, 64, 256): (1, 1),
+    }
+    for (lp, n, new), want in cases.items():
+        got = tuple(extend_splits(n * new, n, max_kv_len=lp + new, policy=p, **kw) for p in (fill, lk))
+        assert got == want, (lp, n, new, got)
+    # the long-key rule never exceeds the workspace: 4 splits of a 16x160 step need 169 MB
+    assert 2560 * 32 * 4 * 129 * 4 <= lk.workspace_bytes
+    with pytest.raises(ValueError, match="fill or long-keys"):
+        ExtendSplitPolicy.named("fastest")
