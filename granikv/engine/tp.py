@@ -110,7 +110,8 @@ class TPEngine(Engine):
 
     def add_request(self, input_ids, params=None, rid=None, shared_prefix_len=None):
         req = super().add_request(input_ids, params, rid=rid, shared_prefix_len=shared_prefix_len)
-        self._pending.append(("add", req.rid, list(req.input_ids), req.params, shared_prefix_len))
+        # the int32 prompt (pickled as bytes: ~100x cheaper than a list of ints on both sides)
+        self._pending.append(("add", req.rid, req.prompt_arr, req.params, shared_prefix_len))
         return req
 
     def abort(self, rid: str) -> None:
