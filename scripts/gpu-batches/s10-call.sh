@@ -6,10 +6,5 @@
 source scripts/gpu-batches/device-env.sh
 N=${1:?usage: s10-call.sh N}
 B=${BUDGET_S:-560}
-run_list() {  # list, tag, budget
-  python -m harness.batch run "$1" --logs "batch-logs/$2" --budget-s "$3" --reserve-s 45 \
-      --tar "$OUT/$2.tar.gz" > "$OUT/$2.log" 2>&1
-  grep -h "rc=\|cell " "$OUT/$2.log" | cut -c1-220
-}
 run_list scripts/gpu-batches/s10-call$N.txt call$N $((B - SECONDS))
 rm -f "$OUT/nvidia-smi.txt"
