@@ -73,6 +73,8 @@ class Request:
     def __post_init__(self) -> None:
         if self.prompt_arr is None:
             self.prompt_arr = np.asarray(self.input_ids, dtype=np.int32)
+        # the storage keeps views of it (radix keys), so nothing may write into it
+        self.prompt_arr.flags.writeable = False
 
     @property
     def all_ids(self) -> list[int]:

@@ -29,6 +29,10 @@ def test_prompt_array_is_converted_once_and_viewed():
     req = Request(rid="r", input_ids=[5, 6, 7, 8])
     assert req.prompt_arr.tolist() == [5, 6, 7, 8]
     assert np.shares_memory(req.kv_tokens(3), req.prompt_arr)  # no copy within the prompt
+    import pytest
+
+    with pytest.raises(ValueError):  # the storage keeps views of it: read-only
+        req.kv_tokens(3)[0] = 9
 
 
 def test_add_request_checks_ids_in_one_pass_and_keeps_the_array():
