@@ -68,7 +68,7 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
         "system": cfg.system.name, "model": cfg.model.name, "tp": cfg.tp, "workload": cfg.workload.kind,
         "lp": cfg.lp, "batch": cfg.batch, "k": cfg.k, "rep": cfg.rep, "hot_fraction": cfg.hot_fraction,
         "cold_page_size": cfg.cold_page_size, "page_size": cfg.page_size, "m_sat": cfg.m_sat,
-        "rate": rate_value(cfg.rate), "variant": cfg.get("variant"),
+        "rate": rate_value(cfg.rate), "tag": cfg.get("tag"),
     }
 
 

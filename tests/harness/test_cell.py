@@ -227,3 +227,13 @@ def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it
     out = engine_counters(info)
     assert out["loop_step_s"] == 2.1 and out["loop_adds"] == 4 and out["extend_time_s"] == 0.5
     assert warmup_counters(info)["loop_idle_s"] == 0.2
+
+
+def test_a_tag_names_an_ab_cell_apart_and_is_absent_by_default():
+    from harness.sweeps import cell_id
+
+    base = {"system": "granikv", "model": "llama-3.1-8b", "tp": 1, "workload": "sharegpt", "lp": 16384,
+            "batch": 256, "k": 1, "rep": 0}
+    assert cell_id(base) == "granikv-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0"
+    assert cell_id({**base, "tag": None}) == cell_id(base)
+    assert cell_id({**base, "tag": "long-keys"}) == cell_id(base) + "-taglong-keys"
