@@ -208,6 +208,8 @@ def load_results(results_dir: Path | str) -> ResultSet:
     """Load cells and every microbench file of `results/<hardware>/`."""
     root = Path(results_dir)
     cells = load_cells(root)
+    if "config.tag" in cells.columns:  # tagged A/B cells are compared by harness.ab, not tabled
+        cells = cells[cells["config.tag"].isna()].reset_index(drop=True)
     micro: dict[str, pd.DataFrame] = {}
     mdir = root / MICROBENCH_DIR
     if mdir.is_dir():

@@ -417,3 +417,20 @@ def test_update_readme_replaces_only_the_marked_block(tmp_path):
     with pytest.raises(ValueError, match="markers"):
         update_readme(g, "x")
     assert g.read_text() == "no markers\n"
+
+
+def test_tagged_ab_cells_are_not_table_inputs(tmp_path):
+    """A cell run with tag= (an A/B of a server setting) beside a sweep's cells must not become
+    another repetition of the point: load_results leaves it to harness.ab."""
+    import shutil
+
+    root = tmp_path / "fixture-hw"
+    shutil.copytree(FIXTURE, root)
+    src = root / "table9" / "granikv-llama-3.1-8b-tp1-lp16384-b256-k1-r0.json"
+    doc = json.loads(src.read_text())
+    doc["config"]["tag"] = "long-keys"
+    doc["metrics"]["output_throughput"] = 1.0
+    (src.parent / (src.stem + "-taglong-keys.json")).write_text(json.dumps(doc))
+    before, after = load_results(FIXTURE), load_results(root)
+    assert len(after.cells) == len(before.cells)
+    assert tables.render_csv(tables.build_table(3, after)) == tables.render_csv(tables.build_table(3, before))
