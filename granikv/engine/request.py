@@ -76,10 +76,6 @@ class Request:
         # the storage keeps views of it (radix keys), so nothing may write into it
         self.prompt_arr.flags.writeable = False
 
-    @property
-    def all_ids(self) -> list[int]:
-        return self.input_ids + self.output_ids
-
     def kv_tokens(self, n: int) -> np.ndarray:
         """The first n tokens of prompt + outputs as int32 (what the storage caches). A view of
         `prompt_arr` when n is within the prompt; only the outputs are converted otherwise."""

@@ -99,7 +99,7 @@ def extend_splits(num_tokens: int, num_reqs: int, num_q_heads: int, num_kv_heads
     by_mem = pol.workspace_bytes // (num_tokens * num_q_heads * (head_dim + 1) * 4)
     if pol.long_keys and max_kv_len >= pol.long_keys and busy <= pol.long_key_waves * sms:
         want = max(want, pol.long_key_splits)
-    elif pol.full_wave and (not pol.long_keys or max_kv_len < pol.long_keys) and busy >= pol.full_wave * sms:
+    elif pol.full_wave and busy >= pol.full_wave * sms:  # (long keys past 6 waves: fill gives 1 too)
         return 1
     return max(1, min(want, by_len, by_mem, pol.max_splits))
 

@@ -16,7 +16,7 @@ from granikv.engine.request import Request
 def test_views_equal_the_concatenation(prompt, outputs, data):
     req = Request(rid="r", input_ids=list(prompt))
     req.output_ids.extend(outputs)
-    full = req.all_ids
+    full = req.input_ids + req.output_ids
     n = data.draw(st.integers(0, len(full)))
     kv = req.kv_tokens(n)
     assert kv.dtype == np.int32 and kv.tolist() == full[:n]
