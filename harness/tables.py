@@ -31,7 +31,9 @@ the workload name.
   output throughput of each system over paged's.
 - 6, 7, 8 (synthetic grid, sweeps `table6/7/8`) and 9, 10, 11 (ShareGPT grid, `table9/10/11`):
   rows (Lp, B); output tok/s, GKV/SGL, median TPOT (`metrics.median_tpot_ms`), median TTFT
-  (`metrics.median_ttft_ms` / 1000, in s).
+  (`metrics.median_ttft_ms` / 1000, in s). A point of the table's configuration that we measured
+  and the paper does not print (Table 6's Lp=16K row, which the paper dropped) gets a row of its
+  own, in key order, marked `*`, with the paper's columns n/a.
 - 12: `table12`, then `table9/10/11`: GraniKV tok/s at Lp=16K for B in {256, 512, 1024} and
   the B with the highest throughput (only when all three are present).
 - 13, 14 (profiler): `table13` / `table14`, cells at B=256, Lp=8K of every variant, each with
@@ -262,6 +264,9 @@ class TableSpec:
     qualitative: tuple[str, ...] = ()  # columns we do not measure (judgements): ours is n/a
     no_ratio: tuple[str, ...] = ()  # compared columns where ours/paper means nothing
     sources: str = ""  # one line for the rendered notes
+    # rows we measured that the paper does not print (their keys), shown after the paper's rows in
+    # key order: e.g. Table 6's Lp=16K row, which the paper had to drop
+    ours_rows: Callable[[PaperTable, ResultSet], list[dict[str, Any]]] | None = None
 
 
 def _grid(sweeps: Sequence[str]) -> Ours:
@@ -270,6 +275,24 @@ def _grid(sweeps: Sequence[str]) -> Ours:
         return system_block(select(res, sweeps, model=model, tp=tp, lp=row["Lp"], batch=row["B"]))
 
     return ours
+
+
+def _grid_rows(sweeps: Sequence[str]) -> Callable[[PaperTable, ResultSet], list[dict[str, Any]]]:
+    """The (Lp, B) points of a grid table's configuration that our sweeps measured and the paper's
+    table lacks, so a measured cell is never left out of the table it was measured for."""
+
+    def rows(t: PaperTable, res: ResultSet) -> list[dict[str, Any]]:
+        model, tp = parse_config(t.meta["config"])
+        printed = {(int(r["Lp"]), int(r["B"])) for r in t.rows}
+        ours: set[tuple[int, int]] = set()
+        for sweep in sweeps:
+            cells = where(res.sweep_cells(sweep), model=model, tp=tp)
+            if len(cells) and {"config.lp", "config.batch"} <= set(cells.columns):
+                pts = cells[["config.lp", "config.batch"]].apply(pd.to_numeric, errors="coerce").dropna()
+                ours |= {(int(lp), int(b)) for lp, b in pts.itertuples(index=False)}
+        return [{"Lp": lp, "B": b} for lp, b in sorted(ours - printed)]
+
+    return rows
 
 
 def _t3(t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
@@ -595,12 +618,12 @@ TABLE_SPECS: dict[int, TableSpec] = {
     4: _spec(4, ("system",), ("table4", "table21"), _t4,
              "throughput over paged's, heterogeneous multi-prefix"),
     5: _spec(5, ("storage",), (), _t5, "microbench/kernels.json: prefix_dense/shared vs decode_paged/unique"),
-    6: _spec(6, ("Lp", "B"), ("table6",), _grid(("table6",)), _SERVING),
-    7: _spec(7, ("Lp", "B"), ("table7",), _grid(("table7",)), _SERVING),
-    8: _spec(8, ("Lp", "B"), ("table8",), _grid(("table8",)), _SERVING),
-    9: _spec(9, ("Lp", "B"), ("table9",), _grid(("table9",)), _SERVING),
-    10: _spec(10, ("Lp", "B"), ("table10",), _grid(("table10",)), _SERVING),
-    11: _spec(11, ("Lp", "B"), ("table11",), _grid(("table11",)), _SERVING),
+    6: _spec(6, ("Lp", "B"), ("table6",), _grid(("table6",)), _SERVING, ours_rows=_grid_rows(("table6",))),
+    7: _spec(7, ("Lp", "B"), ("table7",), _grid(("table7",)), _SERVING, ours_rows=_grid_rows(("table7",))),
+    8: _spec(8, ("Lp", "B"), ("table8",), _grid(("table8",)), _SERVING, ours_rows=_grid_rows(("table8",))),
+    9: _spec(9, ("Lp", "B"), ("table9",), _grid(("table9",)), _SERVING, ours_rows=_grid_rows(("table9",))),
+    10: _spec(10, ("Lp", "B"), ("table10",), _grid(("table10",)), _SERVING, ours_rows=_grid_rows(("table10",))),
+    11: _spec(11, ("Lp", "B"), ("table11",), _grid(("table11",)), _SERVING, ours_rows=_grid_rows(("table11",))),
     12: _spec(12, ("config",), ("table12", "table9", "table10", "table11"), _t12, "GraniKV output throughput",
               no_ratio=("peak_B",)),
     13: _spec(13, ("category",), ("table13",), _profile(13), "profile section of serving cells"),
@@ -650,6 +673,7 @@ class Cell:
 class ComparedRow:
     keys: tuple[Any, ...]
     cells: tuple[Cell, ...]
+    ours_only: bool = False  # a row the paper does not print (its paper columns are n/a)
 
 
 @dataclass(frozen=True)
@@ -682,8 +706,9 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
     paper = paper_table(number)
     key_cols = tuple(paper.column(k) for k in spec.keys)
     value_cols = tuple(c for c in paper.columns if c.name not in spec.keys)
+    extra = spec.ours_rows(paper, results) if spec.ours_rows else []
     rows = []
-    for prow in paper.rows:
+    for prow, ours_only in [(r, False) for r in paper.rows] + [(r, True) for r in extra]:
         ours = spec.ours(paper, prow, results)
         cells = []
         for col in value_cols:
@@ -692,7 +717,14 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
             pv = prow.get(col.name)
             comparable = col.name not in spec.no_ratio and (pv is None or _is_number(pv))
             cells.append(Cell(paper=pv, ours=value, applicable=applicable, comparable=comparable))
-        rows.append(ComparedRow(keys=tuple(prow.get(k) for k in spec.keys), cells=tuple(cells)))
+        rows.append(ComparedRow(keys=tuple(prow.get(k) for k in spec.keys), cells=tuple(cells),
+                                ours_only=ours_only))
+    if extra:
+        # ours-only rows go where they belong when the paper prints its rows in key order (the
+        # grids do), else after the paper's rows
+        order = [tuple(float(k) for k in r.keys) for r in rows[:len(paper.rows)]]
+        if order == sorted(order):
+            rows.sort(key=lambda r: tuple(float(k) for k in r.keys))
     return ComparedTable(number=number, caption=paper.caption, key_columns=key_cols, value_columns=value_cols,
                          rows=tuple(rows), notes=paper.notes, hardware=results.hardware, gpu=results.gpu,
                          sources=spec.sources, sweeps=spec.sweeps)
@@ -725,12 +757,26 @@ def format_value(value: Any, like: Any = None) -> str:
     return str(value)
 
 
+OURS_ONLY_MARK = "*"
+
+
 def _ours_text(cell: Cell, missing: str) -> str:
     if not cell.applicable:
         return NOT_APPLICABLE
     if cell.ours is None:
         return missing if cell.paper is not None else NOT_APPLICABLE
+    if cell.paper is None and _is_number(cell.ours):
+        # no paper value to take the precision from: three significant figures or more
+        v = float(cell.ours)
+        return format_value(v, 100 if abs(v) >= 100 else 10.5 if abs(v) >= 10 else 1.25)
     return format_value(cell.ours, cell.paper)
+
+
+def _key_texts(row: ComparedRow) -> list[str]:
+    keys = [format_value(k) for k in row.keys]
+    if row.ours_only and keys:
+        keys[0] += OURS_ONLY_MARK
+    return keys
 
 
 def _paper_text(cell: Cell) -> str:
@@ -748,12 +794,15 @@ def _ratio_text(cell: Cell, missing: str) -> str:
 
 def _header_lines(t: ComparedTable) -> list[str]:
     ours_hw = f"`{t.hardware}`" + (f" ({t.gpu})" if t.gpu else "")
+    extra = sum(r.ours_only for r in t.rows)
+    only = ([f"{extra} row(s) marked {OURS_ONLY_MARK} are ours only: the paper prints no such row."]
+            if extra else [])
     return [
         f"Paper: {PAPER_HARDWARE}. Ours: {ours_hw}. Ours from: {t.sources}"
         + (f"; sweeps {', '.join(t.sweeps)}" if t.sweeps else "") + ".",
         f"{t.filled} of our cells filled, {t.missing} missing (marked {MISSING_TEXT}); "
         "ours/paper compares absolute values across different hardware — compare the ratio columns.",
-    ]
+    ] + only
 
 
 def render_markdown(t: ComparedTable) -> str:
@@ -764,7 +813,7 @@ def render_markdown(t: ComparedTable) -> str:
     lines.append("| " + " | ".join(h.replace("|", "\\|") for h in head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in t.rows:
-        cells = [format_value(k) for k in row.keys]
+        cells = _key_texts(row)
         for cell in row.cells:
             cells += [_paper_text(cell), _ours_text(cell, MISSING_TEXT), _ratio_text(cell, MISSING_TEXT)]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -798,12 +847,13 @@ def render_latex(t: ComparedTable) -> str:
         " & ".join(top) + r" \\", " & ".join(sub) + r" \\", r"\hline",
     ]
     for row in t.rows:
-        cells = [latex_escape(format_value(k)) for k in row.keys]
+        cells = [latex_escape(k) for k in _key_texts(row)]
         for cell in row.cells:
             cells += [latex_escape(_paper_text(cell)), latex_escape(_ours_text(cell, MISSING_TEXT)),
                       latex_escape(_ratio_text(cell, MISSING_TEXT))]
         lines.append(" & ".join(cells) + r" \\")
-    caption = latex_escape(f"Table {t.number} (paper: {PAPER_HARDWARE}; ours: {t.hardware}). {t.caption}")
+    only = f" Rows marked {OURS_ONLY_MARK} are ours only." if any(r.ours_only for r in t.rows) else ""
+    caption = latex_escape(f"Table {t.number} (paper: {PAPER_HARDWARE}; ours: {t.hardware}). {t.caption}{only}")
     lines += [r"\hline", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{tab:ours-{t.number}}}",
               r"\end{table}"]
     return "\n".join(lines) + "\n"
@@ -849,7 +899,7 @@ def render_headline(t: ComparedTable) -> str:
     for row in t.rows:
         if all(c.ours is None for c in row.cells):
             continue
-        cells = [format_value(k) for k in row.keys]
+        cells = _key_texts(row)
         cells += [f"{_paper_text(c)} / {_ours_text(c, MISSING_TEXT)}" for c in row.cells]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

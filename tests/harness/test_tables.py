@@ -70,25 +70,29 @@ def test_bundled_copy_matches_the_shared_extraction_when_present():
 def test_every_table_renders_in_three_formats_with_paper_layout(results, number):
     t = tables.build_table(number, results)
     paper = paper_table(number)
-    assert len(t.rows) == len(paper.rows)
+    printed = [r for r in t.rows if not r.ours_only]
+    assert [r.keys for r in printed] == [tuple(p.get(k) for k in tables.TABLE_SPECS[number].keys)
+                                         for p in paper.rows]
+    n = len(t.rows)
     assert len(t.key_columns) + len(t.value_columns) == len(paper.columns)
 
     md = tables.render_markdown(t)
     table_lines = [line for line in md.splitlines() if line.startswith("|")]
-    assert len(table_lines) == 2 + len(paper.rows)
+    assert len(table_lines) == 2 + n
     assert md.startswith(f"# Table {number}:")
 
     tex = tables.render_latex(t)
     assert r"\begin{tabular}" in tex and r"\end{tabular}" in tex
-    assert tex.count(r" \\") == 2 + len(paper.rows)
+    assert tex.count(r" \\") == 2 + n
 
     rows = list(csv.reader(io.StringIO(tables.render_csv(t))))
-    assert len(rows) == 1 + len(paper.rows)
+    assert len(rows) == 1 + n
     assert len(rows[0]) == len(t.key_columns) + 3 * len(t.value_columns)
     assert all(len(r) == len(rows[0]) for r in rows)
     # the paper's values go through untouched
     header = rows[0]
-    for prow, out in zip(paper.rows, rows[1:]):
+    csv_printed = [out for row, out in zip(t.rows, rows[1:]) if not row.ours_only]
+    for prow, out in zip(paper.rows, csv_printed):
         for col in t.value_columns:
             v = prow.get(col.name)
             printed = out[header.index(f"{col.name}.paper")]
@@ -100,6 +104,26 @@ def test_every_table_renders_in_three_formats_with_paper_layout(results, number)
                 assert printed == "n/a"
             else:
                 assert printed == str(v)
+
+
+def test_a_measured_point_the_paper_does_not_print_gets_its_own_row(results):
+    """Table 6's Lp=16K row (the paper dropped it): shown in key order, marked, paper columns n/a,
+    never counted as missing."""
+    t = tables.build_table(6, results)
+    only = [r for r in t.rows if r.ours_only]
+    assert [r.keys for r in only] == [(16384, 32)]
+    assert [r.keys for r in t.rows][-1] == (16384, 32)  # after the paper's last row (8192, 256)
+    cols = [c.name for c in t.value_columns]
+    row = only[0]
+    assert row.cells[cols.index("x_SGL")].ours == pytest.approx(645.0 / 300.0)
+    assert all(c.paper is None and not c.missing for c in row.cells)
+    md = tables.render_markdown(t)
+    line = next(x for x in md.splitlines() if x.startswith("| 16384* | 32 |"))
+    assert "| n/a | 645 | n/a |" in line and "| n/a | 2.15 | n/a |" in line
+    assert "1 row(s) marked * are ours only" in md
+    assert "Rows marked * are ours only." in tables.render_latex(t)
+    # the same point in the paper's grid of another table adds nothing there
+    assert not any(r.ours_only for r in tables.build_table(9, results).rows)
 
 
 def test_missing_cells_are_flagged_never_filled(results):
