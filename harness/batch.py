@@ -15,6 +15,8 @@ where the ShareGPT package and the tokenizer are installed, and carried there co
     # here: print the cell lines of a sweep under a profile, filtered, leaving out measured cells
     python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \
         --where lp=2048 --where batch=128,512 --missing results/h200
+    # ... or the lines that re-measure cells measured before a listed engine change
+    python -m harness.batch lines table6 --stale results/h200 --where lp=16384
 
     # here, when a call of re-measured cells (lists with overwrite=true) is back and before its
     # tarball is extracted: move the result files they replace into a history folder (git mv
@@ -51,11 +53,20 @@ def read_cells(path: Path) -> list[list[str]]:
     return cells
 
 
-def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | None) -> list[str]:
+def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | None,
+                stale: Path | None = None) -> list[str]:
     """The Hydra override lines of a sweep's cells under a pipeline profile (the same overrides
     Snakemake passes), keeping cells whose values match every `key=v1,v2` filter and, with
-    `missing`, only those without a result file under `missing/<sweep>/`."""
+    `missing`, only those without a result file under `missing/<sweep>/`; with `stale`, only those
+    whose result file under `stale/<sweep>/` predates a listed engine change (harness.staleness),
+    as `overwrite=true` lines that re-measure them."""
     from harness.sweeps import load_profile, load_sweep, sweep_cells
+
+    stale_files = None
+    if stale is not None:
+        from harness.staleness import stale_paths
+
+        stale_files = stale_paths(stale)
 
     prof = load_profile(profile)
     filters = {}
@@ -70,8 +81,13 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
             continue
         if missing is not None and (missing / sweep / f"{cell.cell_id}.json").exists():
             continue
+        extra = []
+        if stale_files is not None:
+            if (stale / sweep / f"{cell.cell_id}.json").resolve() not in stale_files:
+                continue
+            extra = ["overwrite=true"]
         point = tuple(sorted((k, str(v)) for k, v in cell.values.items() if k != "system"))
-        points.setdefault(point, []).append(shlex.join(cell.overrides(prof)))
+        points.setdefault(point, []).append(shlex.join(cell.overrides(prof) + extra))
     return [line for lines in points.values() for line in lines]
 
 
@@ -217,12 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     ln.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200" / "pipeline.yaml")
     ln.add_argument("--where", action="append", default=[], help="key=v1,v2 (repeatable)")
     ln.add_argument("--missing", type=Path, default=None, help="leave out cells with a result under this folder")
+    ln.add_argument("--stale", type=Path, default=None,
+                    help="only cells whose result under this folder predates a listed engine change "
+                         "(harness.staleness), with overwrite=true")
     args = ap.parse_args(argv)
     if args.cmd == "unpack":
         unpack(args.carry, ROOT / "workloads")
         return 0
     if args.cmd == "lines":
-        print("\n".join(sweep_lines(args.sweep, args.profile, args.where, args.missing)))
+        print("\n".join(sweep_lines(args.sweep, args.profile, args.where, args.missing, args.stale)))
         return 0
     cells = read_cells(args.cells)
     if args.cmd == "prepare":

@@ -1,0 +1,111 @@
+"""harness.staleness: which result files predate a listed engine change, asked of git."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import batch, staleness
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture()
+def repo(tmp_path):
+    """A three-commit history: base, the change, after."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    _git(r, "init", "-q")
+    shas = []
+    for name in ("base", "change", "after"):
+        (r / "f.txt").write_text(name)
+        _git(r, "add", "f.txt")
+        _git(r, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", name)
+        shas.append(_git(r, "rev-parse", "HEAD"))
+    return r, dict(zip(("base", "change", "after"), shas))
+
+
+def _cell(root: Path, sweep: str, system: str, sha: str, lp: int = 8192, batch_: int = 256, rep: int = 0) -> Path:
+    doc = {"config": {"system": system, "model": "llama-3.1-8b", "tp": 1, "workload": "sharegpt", "lp": lp,
+                      "batch": batch_, "k": 1, "rep": rep},
+           "metrics": {"output_throughput": 1.0, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "completed": 1,
+                       "failed": 0},
+           "engine": {"decode_steps": 1}, "env": {"gpu": "test", "git_sha": sha}}
+    path = root / sweep / f"{system}-lp{lp}-b{batch_}-r{rep}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_scope_matches_system_workload_and_bounds():
+    ch = staleness.CodeChange("abc", "t", scope={"systems": ["granikv"], "min_lp": 4096, "min_k": 2})
+    assert ch.applies({"system": "granikv", "lp": 8192, "k": 4})
+    assert not ch.applies({"system": "paged", "lp": 8192, "k": 4})
+    assert not ch.applies({"system": "granikv", "lp": 2048, "k": 4})
+    assert not ch.applies({"system": "granikv", "lp": 8192, "k": 1})
+    assert not ch.applies({"system": "granikv", "lp": 8192})  # no k: out of a min_k scope
+    assert staleness.CodeChange("abc", "t").applies({})  # no scope: every cell
+
+
+def test_registry_is_checked(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text(yaml.safe_dump([{"commit": "abc", "title": "t", "scope": {"min_len": 3}}]))
+    with pytest.raises(ValueError, match="unknown scope keys"):
+        staleness.load_changes(bad)
+    bad.write_text(yaml.safe_dump([{"title": "t"}]))
+    with pytest.raises(ValueError, match="needs a commit"):
+        staleness.load_changes(bad)
+    assert staleness.load_changes()  # the shipped registry loads
+
+
+def test_cells_before_a_change_are_stale_after_it_current(repo, tmp_path):
+    r, sha = repo
+    res = tmp_path / "results" / "hw"
+    old = _cell(res, "table9", "paged", sha["base"])
+    new = _cell(res, "table9", "cascade", sha["after"] + "-dirty")
+    at = _cell(res, "table9", "granikv", sha["change"])
+    out_of_scope = _cell(res, "table9", "paged", sha["base"], lp=512)
+    lost = _cell(res, "table6", "paged", "0123456789abcdef0123456789abcdef01234567")
+    changes = [staleness.CodeChange(sha["change"][:7], "the change", scope={"min_lp": 4096})]
+    assert staleness.stale_paths(res, changes, repo=r) == {old.resolve()}
+
+    from harness.results import load_results
+
+    audits = {Path(a.path).resolve(): a for a in
+              staleness.audit_cells(load_results(res).cells, changes, staleness.Ancestry(r))}
+    assert audits[old.resolve()].missing == (sha["change"][:7],)
+    assert not audits[new.resolve()].stale and not audits[at.resolve()].stale and not audits[out_of_scope.resolve()].stale
+    assert audits[lost.resolve()].unknown and not audits[lost.resolve()].stale
+    md = staleness.render_markdown(list(audits.values()), changes)
+    assert "5 cells, 1 stale, 4 current; 1 measured at a commit git cannot place." in md
+    row = next(line for line in md.splitlines() if line.startswith("| table9 | lp=8192 batch=256 |"))
+    # three systems of one point at three commits: the ratio spans a code change
+    assert "(*mixed*)" in row and f"paged: {sha['change'][:7]}" in row
+
+
+def test_batch_lines_re_measure_only_the_stale_cells(monkeypatch, tmp_path):
+    """`lines --stale` keeps the sweep's cells whose result file is stale and asks to overwrite it."""
+    prof = Path(batch.ROOT / "profiles" / "h200" / "pipeline.yaml")
+    everything = batch.sweep_lines("table6", prof, ["lp=16384", "batch=32"], None)
+    assert len(everything) == 3 and not any("overwrite" in line for line in everything)
+    target = "model=llama-3.1-8b tp=1 workload=burst num_prompts=32 system=granikv lp=16384 batch=32"
+    cell_id = None
+    from harness.sweeps import load_profile, load_sweep, sweep_cells
+
+    for c in sweep_cells(load_sweep("table6"), load_profile(prof)):
+        if " ".join(c.overrides(load_profile(prof))).startswith(target):
+            cell_id = c.cell_id
+    assert cell_id
+    res = tmp_path / "h200"
+    (res / "table6").mkdir(parents=True)
+    (res / "table6" / f"{cell_id}.json").write_text("{}")
+    monkeypatch.setattr("harness.staleness.stale_paths",
+                        lambda results: {(Path(results) / "table6" / f"{cell_id}.json").resolve()})
+    lines = batch.sweep_lines("table6", prof, ["lp=16384", "batch=32"], None, stale=res)
+    assert lines == [f"{[x for x in everything if 'system=granikv' in x][0]} overwrite=true"]
