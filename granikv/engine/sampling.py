@@ -19,7 +19,11 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generator: torch.
     for i, p in enumerate(params):
         if p.temperature == 0:
             continue
-        row = logits[i].float() / p.temperature
+        # shift by the max before dividing: a tiny temperature (1e-40) would overflow float32 to
+        # inf and softmax to NaN; shifted, the max is 0 and the rest go to -inf (greedy). The
+        # divisor stays a normal float32 (1e-300 would round to 0, and 0/0 is NaN)
+        row = logits[i].float()
+        row = (row - row.max()) / max(p.temperature, torch.finfo(torch.float32).tiny)
         if p.top_k > 0:
             kth = torch.topk(row, min(p.top_k, row.numel())).values[-1]
             row = row.masked_fill(row < kth, float("-inf"))

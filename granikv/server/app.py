@@ -9,6 +9,7 @@ so SGLang's benchmark client works unchanged.
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -62,8 +63,8 @@ def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
         raise BadRequest("sampling_params must be an object")
     max_new = _int(sp.get("max_new_tokens", default_max), "max_new_tokens", 1)
     temp = sp.get("temperature", 0.0)
-    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or temp < 0:
-        raise BadRequest("temperature must be a number >= 0")
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
+        raise BadRequest("temperature must be a finite number >= 0")  # JSON's NaN/Infinity parse in Python
     top_k = _int(sp.get("top_k", -1), "top_k")
     ignore_eos = sp.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
@@ -71,8 +72,11 @@ def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
     stop_ids = sp.get("stop_token_ids") or []
     if not isinstance(stop_ids, list):
         raise BadRequest("stop_token_ids must be a list of integers")
-    return SamplingParams(max_new_tokens=max_new, temperature=float(temp), top_k=top_k,
-                          ignore_eos=ignore_eos, stop_token_ids=tuple(_int(t, "stop_token_ids[]") for t in stop_ids))
+    try:
+        return SamplingParams(max_new_tokens=max_new, temperature=float(temp), top_k=top_k, ignore_eos=ignore_eos,
+                              stop_token_ids=tuple(_int(t, "stop_token_ids[]") for t in stop_ids))
+    except ValueError as e:  # whatever SamplingParams refuses is the client's error, never a 500
+        raise BadRequest(str(e)) from None
 
 
 class Server:
@@ -201,6 +205,10 @@ class Server:
         serialized JSON text and appended to, so a chunk costs O(new tokens), not O(output)."""
         try:
             g = self._parse_generate(await self._json(request))
+            if g.rid in self.loop.streams:
+                # a second stream under one id would take the first's queue, and the engine's
+                # duplicate-id error would then close it: the first client would hang
+                raise BadRequest(f"request id {g.rid!r} is already in flight")
         except BadRequest as e:
             return web.json_response({"error": str(e)}, status=400)
         q = self.loop.submit(g.rid, g.input_ids, g.params, g.shared_prefix_len)

@@ -179,6 +179,32 @@ def test_disconnect_mid_stream_frees_kv(server):
     assert info["running"] == 0 and info["storage"]["live_requests"] == 0
 
 
+def test_a_request_id_already_in_flight_is_refused_and_the_first_stream_completes(server):
+    """A client-chosen `rid` that another request still streams under gets a 400; the first
+    request keeps its stream (a second submit under the same id used to replace the first's
+    queue, and the engine's duplicate-id error then closed it: the first client hung)."""
+    url, _ = server
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            payload = {"input_ids": list(range(1, 30)), "stream": True, "rid": "same-id",
+                       "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}
+            async with s.post(url + "/generate", json=payload) as first:
+                lines = first.content.__aiter__()
+                while not (await lines.__anext__()).startswith(b"data:"):
+                    pass  # the first request is streaming now
+                async with s.post(url + "/generate", json={"input_ids": [3, 4], "rid": "same-id",
+                                                           "sampling_params": {"max_new_tokens": 2}}) as r:
+                    second = (r.status, await r.text())
+                events = [json.loads(raw[5:]) if raw.strip() != b"data: [DONE]" else "[DONE]"
+                          async for raw in first.content if raw.startswith(b"data:")]
+            return events, second
+
+    events, (status, text) = run(go())
+    assert status == 400 and "same-id" in text and "in flight" in text
+    assert events[-1] == "[DONE]" and events[-2]["meta_info"]["completion_tokens"] == 200
+
+
 BAD = [
     (b"{not json", "malformed JSON"),
     (json.dumps([1, 2]).encode(), "JSON object"),
@@ -193,6 +219,8 @@ BAD = [
     (json.dumps({"input_ids": [1, True]}).encode(), "integers only"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": "fast"}).encode(), "sampling_params"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": {"temperature": -1}}).encode(), "temperature"),
+    (b'{"input_ids": [1, 2], "sampling_params": {"temperature": NaN}}', "temperature"),  # Python's JSON parses NaN
+    (b'{"input_ids": [1, 2], "sampling_params": {"temperature": Infinity}}', "temperature"),
     (json.dumps({"input_ids": [1, 2], "stream": "yes"}).encode(), "stream"),
     (json.dumps({"input_ids": list(range(300))}).encode(), "context length"),
     (json.dumps({"input_ids": [1, 2], "shared_prefix_len": 9}).encode(), "shared_prefix_len"),

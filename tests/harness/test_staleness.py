@@ -80,7 +80,7 @@ def test_cells_before_a_change_are_stale_after_it_current(repo, tmp_path):
     audits = {Path(a.path).resolve(): a for a in
               staleness.audit_cells(load_results(res).cells, changes, staleness.Ancestry(r))}
     assert audits[old.resolve()].missing == (sha["change"][:7],)
-    assert not audits[new.resolve()].stale and not audits[at.resolve()].stale and not audits[out_of_scope.resolve()].stale
+    assert not any(audits[p.resolve()].stale for p in (new, at, out_of_scope))
     assert audits[lost.resolve()].unknown and not audits[lost.resolve()].stale
     md = staleness.render_markdown(list(audits.values()), changes)
     assert "5 cells, 1 stale, 4 current; 1 measured at a commit git cannot place." in md
