@@ -56,6 +56,17 @@ def _int(v, name: str, lo: int | None = None) -> int:
     return v
 
 
+def _hint(body: dict, n_ids: int) -> int | None:
+    """The request's `shared_prefix_len` (GraniKV's extension field), checked against its prompt."""
+    hint = body.get("shared_prefix_len")
+    if hint is None:
+        return None
+    hint = _int(hint, "shared_prefix_len", 0)
+    if hint > n_ids:
+        raise BadRequest("shared_prefix_len exceeds the prompt length")
+    return hint
+
+
 def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
     if sp is None:
         sp = {}
@@ -134,11 +145,7 @@ class Server:
         if len(ids) + params.max_new_tokens > self.max_context:
             raise BadRequest(f"prompt ({len(ids)} tokens) + max_new_tokens ({params.max_new_tokens}) "
                              f"exceeds the context length {self.max_context}")
-        hint = body.get("shared_prefix_len")
-        if hint is not None:
-            hint = _int(hint, "shared_prefix_len", 0)
-            if hint > len(ids):
-                raise BadRequest("shared_prefix_len exceeds the prompt length")
+        hint = _hint(body, len(ids))
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise BadRequest("stream must be a boolean")
@@ -280,6 +287,7 @@ class Server:
             params = parse_sampling(sp)
             if len(ids) + params.max_new_tokens > self.max_context:
                 raise BadRequest("prompt + max_tokens exceeds the context length")
+            hint = _hint(body, len(ids))
             stream = body.get("stream", False)
             if not isinstance(stream, bool):
                 raise BadRequest("stream must be a boolean")
@@ -287,8 +295,7 @@ class Server:
             return web.json_response({"error": {"message": str(e), "type": "invalid_request_error"}},
                                      status=400)
         rid = "cmpl-" + uuid.uuid4().hex
-        q = self.loop.submit(rid, ids, params, body.get("shared_prefix_len")
-                             if isinstance(body.get("shared_prefix_len"), int) else None)
+        q = self.loop.submit(rid, ids, params, hint)
         model = self.model
         out: list[int] = []
         resp = None
@@ -299,7 +306,11 @@ class Server:
             while True:
                 ev = await q.get()
                 if ev.error:
-                    return web.json_response({"error": {"message": ev.error}}, status=400)
+                    if resp is None:
+                        return web.json_response({"error": {"message": ev.error}}, status=400)
+                    # the stream's headers are out: the error goes as an event, then the stream ends
+                    await resp.write(f"data: {json.dumps({'error': {'message': ev.error}})}\n\n".encode())
+                    break
                 out.append(ev.token)
                 if resp is not None:
                     chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
