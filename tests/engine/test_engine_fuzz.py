@@ -3,8 +3,10 @@ and none, with and without the shared-prefix hint, empty suffixes (a prompt that
 cached prefix), aborts at any point (waiting, mid-prefill, decoding, finished), cache flushes and a
 KV budget tight enough to retract. What must hold whatever the sequence:
 
-- every request that was not aborted finishes with exactly its `max_new_tokens` greedy tokens,
-  and those tokens are the same in the three systems and under KV pressure as with room;
+- every request that was not aborted finishes with exactly its `max_new_tokens` greedy tokens
+  (or up to its first stop token), and those tokens are the same in the three systems, with and
+  without overlap scheduling (which runs a stopped request one step too far and drops that
+  step), and under KV pressure as with room;
 - after the run nothing leaks: the storage's ownership audit passes, no request holds KV, and
   once the cache is flushed every slot (and, for granikv, every HOT slab) is free again.
 """
@@ -24,12 +26,19 @@ PREFIX_LENS = (33, 17, 48)  # class 3 = no shared prefix
 VOCAB = 1024
 ROOMY, TIGHT = 4096, 200  # TIGHT: a few requests' KV, so admission waits and decode retracts
 
-# ("add", prefix class, suffix length, max_new_tokens, hint, how many such requests at once)
+# ("add", prefix class, suffix length, max_new_tokens, hint, how many such requests at once,
+#  stops: whether the requests stop on STOP_IDS — a tenth of the vocabulary, so most stop early)
 add_op = st.tuples(st.just("add"), st.integers(0, len(PREFIX_LENS)), st.integers(0, 14),
-                   st.integers(1, 24), st.booleans(), st.integers(1, 5))
+                   st.integers(1, 24), st.booleans(), st.integers(1, 5), st.booleans())
+STOP_IDS = tuple(range(0, VOCAB, 10))
 ops_strategy = st.lists(st.one_of(add_op, add_op, st.tuples(st.just("step"), st.integers(1, 4)),
                                   st.tuples(st.just("abort"), st.integers(0, 63)), st.just(("flush",))),
                         min_size=1, max_size=28)
+
+
+def _params(op) -> SamplingParams:
+    stops = op[6]
+    return SamplingParams(max_new_tokens=op[3], ignore_eos=not stops, stop_token_ids=STOP_IDS if stops else ())
 
 
 def _prompts(ops, seed: int) -> dict[str, tuple[list[int], int | None, int]]:
@@ -41,7 +50,7 @@ def _prompts(ops, seed: int) -> dict[str, tuple[list[int], int | None, int]]:
     for i, op in enumerate(ops):
         if op[0] != "add":
             continue
-        _, cls, n_suffix, max_new, hint, count = op
+        _, cls, n_suffix, max_new, hint, count, _stops = op
         prefix = prefixes[cls] if cls < len(prefixes) else []
         for j in range(count):
             suffix = [rng.randrange(VOCAB) for _ in range(n_suffix if prefix else max(1, n_suffix))]
@@ -57,9 +66,8 @@ def _replay(system: str, slots: int, ops, prompts, overlap: bool = True) -> tupl
         if op[0] == "add":
             for j in range(op[5]):
                 rid = f"q{i}.{j}"
-                ids, hint, max_new = prompts[rid]
-                reqs[rid] = engine.add_request(ids, SamplingParams(max_new_tokens=max_new, ignore_eos=True),
-                                               rid=rid, shared_prefix_len=hint)
+                ids, hint, _ = prompts[rid]
+                reqs[rid] = engine.add_request(ids, _params(op), rid=rid, shared_prefix_len=hint)
         elif op[0] == "step":
             for _ in range(op[1]):
                 engine.step()
@@ -80,7 +88,12 @@ def _replay(system: str, slots: int, ops, prompts, overlap: bool = True) -> tupl
         if rid in aborted:
             continue
         assert req.status == Status.FINISHED, (system, rid, req.status)
-        assert len(req.output_ids) == req.params.max_new_tokens, (system, rid)
+        n, out = req.params.max_new_tokens, req.output_ids
+        if req.params.ignore_eos:
+            assert len(out) == n, (system, rid)
+        else:  # stopped on its first stop token, or ran to its length without one
+            first = next((i for i, t in enumerate(out) if t in STOP_IDS or t in engine.eos_ids), None)
+            assert len(out) == (n if first is None or first >= n else first + 1), (system, rid, out)
         outs[rid] = list(req.output_ids)
     st_ = engine.storage.stats()
     engine.storage.audit()
