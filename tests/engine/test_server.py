@@ -484,29 +484,31 @@ _completion_bodies = st.fixed_dictionaries({}, optional={
     "shared_prefix_len": _maybe(st.integers(-3, 30))})
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=st.one_of(_generate_bodies.map(lambda b: ("/generate", b)),
+_any_body = st.one_of(_generate_bodies.map(lambda b: ("/generate", b)),
                       _completion_bodies.map(lambda b: ("/v1/completions", b)),
-                      _json_any.map(lambda b: ("/generate", b))))
-def test_any_request_body_gets_an_answer_below_500_and_the_server_keeps_serving(server, body):
-    """Whatever JSON a client sends (NaN included: Python's parser takes it), the answer is a
-    200 with well-formed output or a 4xx with a reason — never a 5xx, a hang or a dead engine."""
-    url, engine = server
-    path, payload = body
+                      _json_any.map(lambda b: ("/generate", b)))
 
+
+def _answer_is_below_500_and_the_server_keeps_serving(url: str, path: str, payload) -> None:
     async def go():
-        timeout = aiohttp.ClientTimeout(total=60)
-        async with aiohttp.ClientSession(timeout=timeout) as s:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
             async with s.post(url + path, data=json.dumps(payload, allow_nan=True),
                               headers={"Content-Type": "application/json"}) as r:
                 status, text = r.status, await r.text()
             async with s.get(url + "/health") as r:
                 health = r.status
-        return status, text, health
+            for _ in range(100):  # the request leaves nothing behind in the engine
+                async with s.get(url + "/server_info") as r:
+                    info = await r.json()
+                if info["running"] == 0 and info["waiting"] == 0:
+                    break
+                await asyncio.sleep(0.05)
+        return status, text, health, info
 
-    status, text, health = run(go())
+    status, text, health, info = run(go())
     assert status < 500, (payload, status, text)
     assert health == 200
+    assert info["running"] == 0 and info["waiting"] == 0 and info["storage"]["live_requests"] == 0
     if status >= 400:
         assert "error" in text
     elif "data:" in text:  # a stream: every event parses, and it ends with [DONE]
@@ -514,13 +516,32 @@ def test_any_request_body_gets_an_answer_below_500_and_the_server_keeps_serving(
         assert events[-1] == "[DONE]" and all(json.loads(e) for e in events[:-1])
     else:
         json.loads(text)
-    assert engine_loop_alive(engine)
 
 
-def engine_loop_alive(engine) -> bool:
-    """No request of a finished example is left in the engine (no hang, nothing leaked)."""
-    for _ in range(100):
-        if not engine.scheduler.running and not engine.scheduler.waiting:
-            return True
-        time.sleep(0.05)
-    return False
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_any_body)
+def test_any_request_body_gets_an_answer_below_500_and_the_server_keeps_serving(server, body):
+    """Whatever JSON a client sends (NaN included: Python's parser takes it), the answer is a
+    200 with well-formed output or a 4xx with a reason — never a 5xx, a hang or a dead engine."""
+    _answer_is_below_500_and_the_server_keeps_serving(server[0], *body)
+
+
+@pytest.fixture(scope="module")
+def process_server():
+    """The server's default mode: the engine in its own process."""
+    from granikv.server.proc import EngineProcess
+
+    handle = EngineProcess(tiny_config("granikv", kernel_impl="torch", max_running=48, max_context=256))
+    handle.start()
+    try:
+        with serving(handle, TextCodec()) as url:
+            yield url
+    finally:
+        handle.stop()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=_any_body)
+def test_any_request_body_through_the_engine_process(process_server, body):
+    """The same through the engine process (its own add-error path and the int32 prompt pipe)."""
+    _answer_is_below_500_and_the_server_keeps_serving(process_server, *body)
