@@ -86,7 +86,8 @@ class EngineConfig:
         default_factory=lambda: (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
     )
     # CUDA graphs for small extend steps (granikv.engine.extend_graphs): token buckets, e.g.
-    # 64,128,256; empty (the default) runs every extend step eagerly. Not yet measured on a GPU.
+    # 64,128,256; empty (the default) runs every extend step eagerly. Measured in session 9
+    # (tables/h200/ab.md: -0.8 to +6.9% at Lp=8K/16K); off until the committed cells are re-measured.
     extend_graph_tokens: tuple[int, ...] = ()
     # request buckets of those graphs (one request of each is padding: a bucket of 4 takes <= 3)
     extend_graph_reqs: tuple[int, ...] = (2, 4, 8)

@@ -58,8 +58,19 @@ def _prompts(ops, seed: int) -> dict[str, tuple[list[int], int | None, int]]:
     return out
 
 
-def _replay(system: str, slots: int, ops, prompts, overlap: bool = True) -> tuple[dict[str, list[int]], set[str]]:
-    engine = Engine(tiny_config(system, num_slots=slots, kernel_impl="torch", overlap_schedule=overlap))
+# engine knobs drawn per example for the systems under test (the reference keeps the defaults):
+# small prefill chunks (multi-chunk prompts, in-batch prefix sharing waits), paged page size,
+# COLD pages, a HOT pool too small for most slabs (fallbacks), extend graphs (eager on the CPU)
+knobs_strategy = st.fixed_dictionaries({
+    "chunked_prefill_tokens": st.sampled_from([256, 24]), "page_size": st.sampled_from([16, 4]),
+    "cold_page_size": st.sampled_from([1, 1, 4]), "hot_fraction": st.sampled_from([0.3, 0.05]),
+    "extend_graph_tokens": st.sampled_from([(), (16, 64)])})
+
+
+def _replay(system: str, slots: int, ops, prompts, overlap: bool = True,
+            knobs: dict | None = None) -> tuple[dict[str, list[int]], set[str]]:
+    engine = Engine(tiny_config(system, num_slots=slots, kernel_impl="torch", overlap_schedule=overlap,
+                                **(knobs or {})))
     free_at_start = engine.storage.available()
     reqs, aborted = {}, set()
     for i, op in enumerate(ops):
@@ -108,14 +119,15 @@ def _replay(system: str, slots: int, ops, prompts, overlap: bool = True) -> tupl
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops_strategy, seed=st.integers(0, 2**16), tight=st.booleans(), overlap=st.booleans())
-def test_random_operation_sequences_same_tokens_and_no_leaks(ops, seed, tight, overlap):
-    """The reference is paged with room and synchronous steps; each system runs the sequence with
-    the drawn KV budget and overlap scheduling."""
+@given(ops=ops_strategy, seed=st.integers(0, 2**16), tight=st.booleans(), overlap=st.booleans(),
+       knobs=knobs_strategy)
+def test_random_operation_sequences_same_tokens_and_no_leaks(ops, seed, tight, overlap, knobs):
+    """The reference is paged with room, default knobs and synchronous steps; each system runs the
+    sequence with the drawn KV budget, overlap scheduling and knobs."""
     prompts = _prompts(ops, seed)
     ref, ref_aborted = _replay("paged", ROOMY, ops, prompts, overlap=False)
     for system in ("paged", "cascade", "granikv"):
-        outs, aborted = _replay(system, TIGHT if tight else ROOMY, ops, prompts, overlap=overlap)
+        outs, aborted = _replay(system, TIGHT if tight else ROOMY, ops, prompts, overlap=overlap, knobs=knobs)
         # an abort lands on a finished request in one run and a running one in another; those
         # requests are compared nowhere, every other request everywhere
         common = set(outs) & set(ref)
