@@ -42,6 +42,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# granikv's own knobs (HOT share, COLD page size): a point's granikv cells may set them (Tables 18,
+# 21, 24) while its baselines keep the defaults, so they do not split a point
+GRANIKV_KNOBS = ("hot_fraction", "cold_page_size")
 
 
 def read_cells(path: Path) -> list[list[str]]:
@@ -73,8 +76,8 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
     for w in where:
         key, _, vals = w.partition("=")
         filters[key] = {v.strip() for v in vals.split(",")}
-    # grouped by the point without its system, in first-seen order: the systems of one (Lp, B, ...)
-    # point run back to back, so their ratio comes from one run
+    # grouped by the point without its system (and granikv's knobs), in first-seen order: the
+    # systems of one (Lp, B, ...) point run back to back, so their ratio comes from one run
     points: dict[tuple, list[str]] = {}
     for cell in sweep_cells(load_sweep(sweep), prof):
         if any(str(cell.values.get(k)) not in vs for k, vs in filters.items()):
@@ -86,7 +89,8 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
             if (stale / sweep / f"{cell.cell_id}.json").resolve() not in stale_files:
                 continue
             extra = ["overwrite=true"]
-        point = tuple(sorted((k, str(v)) for k, v in cell.values.items() if k != "system"))
+        point = tuple(sorted((k, str(v)) for k, v in cell.values.items()
+                             if k != "system" and k not in GRANIKV_KNOBS))
         points.setdefault(point, []).append(shlex.join(cell.overrides(prof) + extra))
     return [line for lines in points.values() for line in lines]
 

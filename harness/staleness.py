@@ -33,14 +33,15 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from harness.batch import GRANIKV_KNOBS
+
 ROOT = Path(__file__).resolve().parent.parent
 CHANGES_PATH = Path(__file__).resolve().parent / "data" / "code_changes.yaml"
 SCOPE_KEYS = frozenset({"systems", "workloads", "min_lp", "min_batch", "min_k", "tp"})
 # the config keys that identify a point (its systems run back to back), besides the sweep and rep
 POINT_KEYS = ("model", "tp", "workload", "lp", "batch", "k", "tag")
-# granikv's own knobs: a point's granikv cells may differ in them (Tables 18, 24), the baselines'
-# values are meaningless, so they label a cell within its point instead of splitting the point
-CELL_KEYS = ("hot_fraction", "cold_page_size")
+# granikv's own knobs label a cell within its point instead of splitting the point (as in batch)
+CELL_KEYS = GRANIKV_KNOBS
 
 
 @dataclass(frozen=True)

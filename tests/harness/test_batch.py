@@ -42,6 +42,16 @@ def test_sweep_lines_filter_group_systems_and_leave_out_measured(tmp_path):
     assert [ln for ln in left if "system=cascade" in ln] == [] and len(left) == 2
 
 
+def test_a_granikv_knob_does_not_split_a_point_from_its_baselines():
+    """Table 21's granikv cells set hot_fraction, the baselines do not: each k's three systems
+    still come out back to back (one run per ratio)."""
+    profile = batch.ROOT / "profiles" / "h200" / "pipeline.yaml"
+    lines = batch.sweep_lines("table21", profile, [], None)
+    ks = [next(w for w in line.split() if w.startswith("k=")) for line in lines]
+    assert len(lines) == 6 and ks == sorted(ks, key=ks.index) and ks[0::3] == ks[1::3] == ks[2::3]
+    assert any("hot_fraction" in line for line in lines)
+
+
 def test_tar_new_keeps_new_results_and_leaves_out_run_folders(tmp_path):
     import os
     import tarfile
