@@ -109,3 +109,18 @@ def test_batch_lines_re_measure_only_the_stale_cells(monkeypatch, tmp_path):
                         lambda results: {(Path(results) / "table6" / f"{cell_id}.json").resolve()})
     lines = batch.sweep_lines("table6", prof, ["lp=16384", "batch=32"], None, stale=res)
     assert lines == [f"{[x for x in everything if 'system=granikv' in x][0]} overwrite=true"]
+
+
+def test_every_listed_change_is_a_commit_of_this_repository():
+    """A typo in the registry would make every cell look current; checked wherever the clone has
+    the history (a shallow clone cannot tell)."""
+    root = staleness.ROOT
+    try:
+        shallow = _git(root, "rev-parse", "--is-shallow-repository")
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    if shallow != "false":
+        pytest.skip("shallow clone: the registry's commits may be outside it")
+    for ch in staleness.load_changes():
+        rc = subprocess.run(["git", "cat-file", "-e", f"{ch.commit}^{{commit}}"], cwd=root).returncode
+        assert rc == 0, f"{ch.commit} ({ch.title}) is not a commit here"
