@@ -21,7 +21,8 @@ synchronized, and a torch.profiler window of the same step for its GPU-busy time
 n requests of `new` fresh tokens behind an Lp-token prefix the engine has cached, one extend step
 each, `--reps` times, with `extend_split_keys` on and off. The step's host share (1 - busy/wall)
 says how much of a small extend step is launch and Python work rather than kernels. Records:
-{"mode": "engine", "system", "Lp", "n", "new", "split", "step_ms", "gpu_busy_ms", "host_share"}.
+{"mode": "engine", "system", "tp", "Lp", "n", "new", "split", "step_ms", "gpu_busy_ms", "host_share"}.
+`--tp 2` runs the default variant as a TP engine (one per process): the TP extend step's cost.
 
 On CPU (no CUDA, or --device cpu) the kernels run in the Triton interpreter on tiny shapes:
 the numbers only prove the script runs; nothing is written unless --out is given.
@@ -134,6 +135,7 @@ def run_engine(args) -> list[dict]:
 
     from granikv.config import EngineConfig
     from granikv.engine.engine import Engine
+    from granikv.engine.factory import create_engine
     from granikv.engine.request import SamplingParams
     from granikv.model.spec import load_spec
     from granikv.model.weights import load_model
@@ -143,7 +145,8 @@ def run_engine(args) -> list[dict]:
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     spec = load_spec(args.model)
     max_ctx = max(args.lp) + max(new for _, new in args.cases) + 64
-    model = load_model(spec, None, "dummy", None, 0, dtype, dev, max_positions=max_ctx)
+    # one model shared by the TP=1 variants; TP engines load their own shards
+    model = load_model(spec, None, "dummy", None, 0, dtype, dev, max_positions=max_ctx) if args.tp == 1 else None
     one = SamplingParams(max_new_tokens=1, ignore_eos=True)
     rng = random.Random(0)
     used: set[int] = set()  # first suffix tokens so far (see _fresh)
@@ -155,72 +158,85 @@ def run_engine(args) -> list[dict]:
         variants[f"split:{args.rule}"] = (True, (), args.rule)
         if args.extend_graphs:
             variants[f"split:{args.rule}+graphs"] = (True, tuple(args.extend_graphs), args.rule)
+    if args.tp > 1:
+        # one TP engine per process (rank 0 owns the default process group): the default
+        # variant alone, which is what the TP extend step's fixed cost is measured on
+        variants = {"split": variants["split"]}
     engines = {}
     for name, (split, buckets, rule) in variants.items():
         cfg = EngineConfig(model=args.model, device=args.device, system=args.system, max_context=max_ctx,
                            max_running=max(8, max(n for n, _ in args.cases)), cuda_graphs=bool(buckets),
                            capture_at_start=False, min_prefix_for_hot=min(args.lp), extend_split_keys=split,
                            extend_graph_tokens=buckets, extend_graph_reqs=(2, 4, 8, 16, 32, 64), extend_split_rule=rule,
-                           kernel_impl="triton", kv_budget_gb=16.0 if dev.type == "cuda" else None)
-        engines[name] = Engine(cfg, model=model)
-    records: list[dict] = []
-    for lp in args.lp:
-        prefix = [rng.randrange(spec.vocab_size) for _ in range(lp)]
-        for eng in engines.values():  # caches the prefix
-            _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
-                          for p in _fresh(prefix, 1, 16, spec.vocab_size, rng, used)])
-        for n, new in args.cases:
-            times: dict[str, list[float]] = {name: [] for name in engines}
-            shapes: dict[str, list[tuple]] = {name: [] for name in engines}
-            for rep in range(args.reps + 1):  # rep 0: this shape's first launch (or capture), untimed
+                           kernel_impl="triton", kv_budget_gb=16.0 if dev.type == "cuda" else None, tp=args.tp)
+        # at TP > 1 the engine is a TP engine (rank 0 here, the other ranks in worker processes
+        # with their own shards), stepped like any engine: the step's wall time then holds the
+        # command broadcast and the all-reduces that a TP=2 extend step pays
+        engines[name] = Engine(cfg, model=model) if args.tp == 1 else create_engine(cfg)
+    try:
+        records: list[dict] = []
+        for lp in args.lp:
+            prefix = [rng.randrange(spec.vocab_size) for _ in range(lp)]
+            for eng in engines.values():  # caches the prefix
+                _finish(eng, [eng.add_request(p, one, shared_prefix_len=lp)
+                              for p in _fresh(prefix, 1, 16, spec.vocab_size, rng, used)])
+            for n, new in args.cases:
+                times: dict[str, list[float]] = {name: [] for name in engines}
+                shapes: dict[str, list[tuple]] = {name: [] for name in engines}
+                for rep in range(args.reps + 1):  # rep 0: this shape's first launch (or capture), untimed
+                    for name, eng in engines.items():
+                        reqs = [eng.add_request(p, one, shared_prefix_len=lp)
+                                for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
+                        sync()
+                        t0 = time.perf_counter()
+                        eng.step()
+                        sync()
+                        if rep:
+                            times[name].append((time.perf_counter() - t0) * 1e3)
+                            shapes[name].append(tuple(eng.step_log.extend.recent[-1][:2]))
+                        _finish(eng, reqs)
                 for name, eng in engines.items():
                     reqs = [eng.add_request(p, one, shared_prefix_len=lp)
                             for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
                     sync()
-                    t0 = time.perf_counter()
-                    eng.step()
-                    sync()
-                    if rep:
-                        times[name].append((time.perf_counter() - t0) * 1e3)
-                        shapes[name].append(tuple(eng.step_log.extend.recent[-1][:2]))
+                    with profile(activities=[ProfilerActivity.CPU]
+                                 + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])) as prof:
+                        t0 = time.perf_counter()
+                        eng.step()
+                        sync()
+                        wall = (time.perf_counter() - t0) * 1e3
+                    busy, _ = busy_and_span_ms(prof) if dev.type == "cuda" else (0.0, 0.0)
                     _finish(eng, reqs)
-            for name, eng in engines.items():
-                reqs = [eng.add_request(p, one, shared_prefix_len=lp)
-                        for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
-                sync()
-                with profile(activities=[ProfilerActivity.CPU]
-                             + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])) as prof:
-                    t0 = time.perf_counter()
-                    eng.step()
-                    sync()
-                    wall = (time.perf_counter() - t0) * 1e3
-                busy, _ = busy_and_span_ms(prof) if dev.type == "cuda" else (0.0, 0.0)
-                _finish(eng, reqs)
-                phases, top = host_breakdown(prof)
-                py_top = None
-                if args.py_profile:
-                    reqs = [eng.add_request(p, one, shared_prefix_len=lp)
-                            for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
-                    sync()
-                    py_top = python_profile(eng.step, sync)
-                    _finish(eng, reqs)
-                rec = {"mode": "engine", "system": args.system, "model": spec.name, "Lp": lp, "n": n,
-                       "new": new, "variant": name, "split": variants[name][0],
-                       "extend_graphs": list(variants[name][1]), "split_rule": variants[name][2], "reps": args.reps,
-                       "step_ms": round(statistics.median(times[name]), 3),
-                       "step_ms_min": round(min(times[name]), 3), "step_shapes": sorted(set(shapes[name])),
-                       "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
-                       "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None,
-                       "host_phase_ms": phases, "host_top_ops": top}
-                if py_top is not None:
-                    rec["host_top_python"] = py_top
-                records.append(rec)
-                print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} {name:12s}: "
-                      f"step {rec['step_ms']:8.2f} ms (shapes {rec['step_shapes']}), GPU busy {busy:7.2f} ms "
-                      f"of {wall:7.2f}; host by phase {phases}", flush=True)
-                for row in py_top or []:
-                    print(f"      py {row[2]:8.3f} ms own {row[3]:8.3f} ms cum x{row[1]:<5d} {row[0]}", flush=True)
-    return records
+                    phases, top = host_breakdown(prof)
+                    py_top = None
+                    if args.py_profile:
+                        reqs = [eng.add_request(p, one, shared_prefix_len=lp)
+                                for p in _fresh(prefix, n, new, spec.vocab_size, rng, used)]
+                        sync()
+                        py_top = python_profile(eng.step, sync)
+                        _finish(eng, reqs)
+                    rec = {"mode": "engine", "system": args.system, "model": spec.name, "tp": args.tp, "Lp": lp, "n": n,
+                           "new": new, "variant": name, "split": variants[name][0],
+                           "extend_graphs": list(variants[name][1]), "split_rule": variants[name][2], "reps": args.reps,
+                           "step_ms": round(statistics.median(times[name]), 3),
+                           "step_ms_min": round(min(times[name]), 3), "step_shapes": sorted(set(shapes[name])),
+                           "profiled_wall_ms": round(wall, 3), "gpu_busy_ms": round(busy, 3),
+                           "host_share": round(1 - busy / wall, 3) if dev.type == "cuda" and wall else None,
+                           "host_phase_ms": phases, "host_top_ops": top}
+                    if py_top is not None:
+                        rec["host_top_python"] = py_top
+                    records.append(rec)
+                    print(f"  engine {args.system} Lp={lp:6d} n={n:3d} new={new:4d} {name:12s}: "
+                          f"step {rec['step_ms']:8.2f} ms (shapes {rec['step_shapes']}), GPU busy {busy:7.2f} ms "
+                          f"of {wall:7.2f}; host by phase {phases}", flush=True)
+                    for row in py_top or []:
+                        print(f"      py {row[2]:8.3f} ms own {row[3]:8.3f} ms cum x{row[1]:<5d} {row[0]}", flush=True)
+        return records
+    finally:
+        for eng in engines.values():
+            close = getattr(eng, "close", None)  # TP engines stop their worker processes
+            if close is not None:
+                close()
 
 
 def host_breakdown(prof, top: int = 8) -> tuple[dict[str, float], list[list]]:
@@ -340,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", action="store_true", help="time whole engine extend steps (see above)")
     ap.add_argument("--model", default=None, help="--engine: model shapes (default llama-3.1-8b; cpu: tiny)")
     ap.add_argument("--system", default="granikv", help="--engine: paged | cascade | granikv")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="--engine: tensor-parallel ranks (one GPU each; gloo ranks on CPU), the default "
+                         "variant only: the TP extend step's fixed cost (docs/reproduction.md, TP=2)")
     ap.add_argument("--reps", type=int, default=5, help="--engine: timed extend steps per case")
     ap.add_argument("--extend-graphs", default="",
                     help="--engine: also time a variant with CUDA graphs for extend steps at these token "

@@ -64,3 +64,17 @@ def test_cpu_rule_long_keys_adds_its_engine_variant_and_picks_kernel_auto_splits
                               "--rule", "long-keys", "--out", str(out2)]) == 0
     doc = json.loads(out2.read_text())
     assert doc["config"]["rule"] == "long-keys" and doc["records"]
+
+
+def test_cpu_engine_mode_at_tp2_steps_tp_engines_and_stops_their_workers(tmp_path):
+    """--tp 2: the default variant as a TP engine (gloo ranks on CPU; one TP engine per process,
+    so no on/off pair), the records say so, and the workers are gone when the run returns."""
+    import multiprocessing
+
+    out = tmp_path / "engine-tp2.json"
+    assert extend_steps.main(["--engine", "--device", "cpu", "--tp", "2", "--lp", "40", "--cases", "1x5",
+                              "--reps", "1", "--out", str(out)]) == 0
+    recs = json.loads(out.read_text())["records"]
+    assert [(r["variant"], r["tp"]) for r in recs] == [("split", 2)]
+    assert all([list(x) for x in r["step_shapes"]] == [[5, 1]] for r in recs)
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
