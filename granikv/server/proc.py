@@ -19,8 +19,10 @@ The child exits when told to stop or when its command pipe closes (the server di
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import itertools
 import multiprocessing as mp
+import queue
 import signal
 import threading
 import time
@@ -46,8 +48,8 @@ class LoopClock:
 
     A serving run's duration exceeds the engine's own step totals (`step_time_s`) by 0.1–0.9 s
     in H200 cells of every system (docs/reproduction.md); this says which part of the loop holds
-    it: waiting with no work (`idle_s`: requests not here yet), receiving and admitting requests
-    (`add_s`), other commands (`cmd_s`), the step calls (`step_s`, which the step log times from
+    it: waiting with no work (`idle_s`: requests not here yet), admitting requests (`add_s`;
+    receiving them is the command reader thread's), other commands (`cmd_s`), the step calls (`step_s`, which the step log times from
     inside), or sending their outputs to the server process (`send_s`)."""
 
     idle_s: float = 0.0
@@ -84,6 +86,20 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     msgs.send(("ready", engine_info(engine)))
     clock = LoopClock()
     perf = time.perf_counter
+    # Commands are read by a thread of their own, not between steps: a 16K-token prompt is a
+    # ~66 KB message, over a pipe's 64 KB buffer, so a loop that reads only between engine steps
+    # let one prompt through per step — and blocked the server's event loop on the write —
+    # while a burst waited (session 10: 504 single-request prefill steps at Lp=16K, TTFT 2.5x)
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+
+    def read_commands() -> None:
+        try:
+            while True:
+                inbox.put(cmds.recv())
+        except (EOFError, OSError):
+            inbox.put(("eof",))  # the server is gone
+
+    threading.Thread(target=read_commands, name="granikv-commands", daemon=True).start()
 
     def step() -> bool:
         if not engine.has_work():
@@ -125,7 +141,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
                 msgs.send(("reply", cid, True, value))
             except Exception as e:  # noqa: BLE001 - the caller gets the error
                 msgs.send(("reply", cid, False, f"{type(e).__name__}: {e}"))
-        elif kind == "stop":
+        elif kind in ("stop", "eof"):
             return False
         clock.cmd_s += perf() - t0
         return True
@@ -135,17 +151,21 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
         while running:
             if not engine.has_work():
                 t0 = perf()
-                cmds.poll(0.5)  # idle: wait for a command
+                try:
+                    first = [inbox.get(timeout=0.5)]  # idle: wait for a command
+                except queue.Empty:
+                    first = []
                 clock.idle_s += perf() - t0
-            while running and cmds.poll(0):
-                t0 = perf()
-                cmd = cmds.recv()
-                clock.add_s += perf() - t0 if cmd[0] == "add" else 0.0  # unpickling the prompt
+                for cmd in first:
+                    running = handle(cmd)
+            while running:  # everything that arrived during the last step
+                try:
+                    cmd = inbox.get_nowait()
+                except queue.Empty:
+                    break
                 running = handle(cmd)
             if running:
                 step()
-    except EOFError:
-        pass  # the server is gone
     except Exception:  # noqa: BLE001 - tell the server, then exit
         try:
             msgs.send(("fatal", traceback.format_exc()))
@@ -159,6 +179,21 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
 
 # ----------------------------------------------------------------------------- server side
 
+PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size: ~15 prompts of 16K tokens in flight
+
+
+def _grow_pipe(conn, size: int = PIPE_BYTES) -> None:
+    """Enlarge the pipe under `conn` (Linux F_SETPIPE_SZ; the default buffer of 64 KB is one
+    16K-token prompt), so the server's writes of a burst rarely wait for the engine process's
+    reader. Silently keeps the default where the OS does not allow it."""
+    op = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if op is None:
+        return
+    try:
+        fcntl.fcntl(conn.fileno(), op, size)
+    except OSError:
+        pass
+
 
 class EngineProcess:
     """The EngineLoop interface (submit / abort / flush / stats / profile / info / fatal) over
@@ -170,6 +205,8 @@ class EngineProcess:
         ctx = mp.get_context("spawn")
         self._cmd_r, self._cmd_w = ctx.Pipe(duplex=False)
         self._msg_r, self._msg_w = ctx.Pipe(duplex=False)
+        for conn in (self._cmd_w, self._msg_w):
+            _grow_pipe(conn)
         # not a daemon: a TP engine starts worker processes of its own
         self.proc = ctx.Process(target=_child, args=(cfg, self._cmd_r, self._msg_w, factory), name="granikv-engine")
         self.start_timeout_s = start_timeout_s

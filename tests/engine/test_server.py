@@ -545,3 +545,35 @@ def process_server():
 def test_any_request_body_through_the_engine_process(process_server, body):
     """The same through the engine process (its own add-error path and the int32 prompt pipe)."""
     _answer_is_below_500_and_the_server_keeps_serving(process_server, *body)
+
+
+def test_a_burst_of_long_prompts_reaches_the_engine_process_while_it_steps():
+    """A 16K-token prompt is a ~66 KB message, over a pipe's 64 KB buffer: when the engine process
+    read commands only between steps, one prompt got through per step and the server's event loop
+    blocked on each write (session 10's H200 headline cells: 504 single-request prefill steps,
+    TTFT 2.5x). The engine process reads commands on a thread of its own, so a burst arrives while
+    a (simulated, 200 ms) prefill step runs."""
+    import functools
+
+    from granikv.engine.request import SamplingParams
+    from granikv.server.proc import EngineProcess
+    from harness.microbench.server import _sim_factory
+
+    handle = EngineProcess(None, factory=functools.partial(_sim_factory, 5.0, 64, 0.0, 200.0))
+    handle.start()
+    prompt = list(range(1, 16601))
+
+    async def go():
+        queues = [handle.submit(f"r{i}", prompt, SamplingParams(max_new_tokens=2), None) for i in range(8)]
+        for q in queues:
+            while not (await q.get()).finished:
+                pass
+        return await handle.stats()
+
+    try:
+        stats = run(asyncio.wait_for(go(), 60))
+    finally:
+        handle.stop()
+    added = stats["added_at"]
+    assert len(added) == 8
+    assert max(added) - min(added) < 0.5  # one per 200 ms step would be >= 1.4 s
