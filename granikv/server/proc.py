@@ -49,8 +49,9 @@ class LoopClock:
     A serving run's duration exceeds the engine's own step totals (`step_time_s`) by 0.1–0.9 s
     in H200 cells of every system (docs/reproduction.md); this says which part of the loop holds
     it: waiting with no work (`idle_s`: requests not here yet), admitting requests (`add_s`;
-    receiving them is the command reader thread's), other commands (`cmd_s`), the step calls (`step_s`, which the step log times from
-    inside), or sending their outputs to the server process (`send_s`)."""
+    receiving them is the command reader thread's), other commands (`cmd_s`), the step calls
+    (`step_s`, which the step log times from inside), or sending their outputs to the server
+    process (`send_s`)."""
 
     idle_s: float = 0.0
     add_s: float = 0.0
