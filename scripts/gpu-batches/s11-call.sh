@@ -1,0 +1,10 @@
+#!/bin/bash
+# nvidia-h200 (one GPU), for session 11: `bash scripts/gpu-batches/s10-call.sh N` runs s10-callN.txt
+# (session 9 already ran the check of 1d3b5fd's host fix, `extend_steps --engine --py-profile`).
+# The lists use overwrite=true: before extracting a call's tarball,
+# `python -m harness.batch supersede <list> --into results/h200/history/<folder>`.
+source scripts/gpu-batches/device-env.sh
+N=${1:?usage: s10-call.sh N}
+B=${BUDGET_S:-560}
+run_list scripts/gpu-batches/s11-call$N.txt call$N $((B - SECONDS))
+rm -f "$OUT/nvidia-smi.txt"
