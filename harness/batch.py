@@ -79,7 +79,10 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
     # grouped by the point without its system (and granikv's knobs), in first-seen order: the
     # systems of one (Lp, B, ...) point run back to back, so their ratio comes from one run
     points: dict[tuple, list[str]] = {}
-    for cell in sweep_cells(load_sweep(sweep), prof):
+    cells = sweep_cells(load_sweep(sweep), prof)
+    if stale is not None:
+        cells = _with_measured_reps(cells, stale / sweep)
+    for cell in cells:
         if any(str(cell.values.get(k)) not in vs for k, vs in filters.items()):
             continue
         if missing is not None and (missing / sweep / f"{cell.cell_id}.json").exists():
@@ -93,6 +96,33 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
                              if k != "system" and k not in GRANIKV_KNOBS))
         points.setdefault(point, []).append(shlex.join(cell.overrides(prof) + extra))
     return [line for lines in points.values() for line in lines]
+
+
+def _with_measured_reps(cells: list, folder: Path) -> list:
+    """The profile's cells plus every further repetition that has a result file in `folder`.
+
+    Why: a profile runs `reps` repetitions (1 for h200), but batch lists add more (`rep=1`,
+    `rep=2`) by hand, and the tables average every complete repetition of a point. Re-measuring
+    only rep 0 of a stale point would average a new rep 0 with stale reps 1-2 — a mean across a
+    code change — so the stale lines must cover the extra reps as well."""
+    from dataclasses import replace
+
+    from harness.sweeps import _identity, cell_id
+
+    out, seen = [], {c.cell_id for c in cells}
+    for cell in cells:  # each extra rep right after its cell: a point's reps stay together
+        out.append(cell)
+        rep = int(cell.values.get("rep", 0)) + 1
+        while True:
+            values = {**cell.values, "rep": rep}
+            cid = cell_id(_identity(values))
+            if not (folder / f"{cid}.json").exists():
+                break
+            if cid not in seen:
+                seen.add(cid)
+                out.append(replace(cell, cell_id=cid, values=values, paper={**cell.paper, "rep": rep}))
+            rep += 1
+    return out
 
 
 def compose(overrides: list[str]):

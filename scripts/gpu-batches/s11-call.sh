@@ -1,6 +1,5 @@
 #!/bin/bash
-# nvidia-h200 (one GPU), for session 11: `bash scripts/gpu-batches/s10-call.sh N` runs s10-callN.txt
-# (session 9 already ran the check of 1d3b5fd's host fix, `extend_steps --engine --py-profile`).
+# nvidia-h200 (one GPU), for session 11: `bash scripts/gpu-batches/s11-call.sh N` runs s11-callN.txt (session 10's lists ran with s10-call.sh)
 # The lists use overwrite=true: before extracting a call's tarball,
 # `python -m harness.batch supersede <list> --into results/h200/history/<folder>`.
 source scripts/gpu-batches/device-env.sh

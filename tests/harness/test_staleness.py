@@ -124,3 +124,37 @@ def test_every_listed_change_is_a_commit_of_this_repository():
     for ch in staleness.load_changes():
         rc = subprocess.run(["git", "cat-file", "-e", f"{ch.commit}^{{commit}}"], cwd=root).returncode
         assert rc == 0, f"{ch.commit} ({ch.title}) is not a commit here"
+
+
+def test_batch_lines_cover_stale_repetitions_beyond_the_profile(monkeypatch, tmp_path):
+    """The h200 profile runs one rep, batch lists add `rep=1`, `rep=2` by hand: a stale point's
+    extra reps are re-measured too (else the tables would average a new rep 0 with stale reps),
+    right after their rep 0 and only where their file is stale."""
+    from harness.sweeps import load_profile, load_sweep, sweep_cells
+
+    prof_path = Path(batch.ROOT / "profiles" / "h200" / "pipeline.yaml")
+    prof = load_profile(prof_path)
+    where = ["lp=16384", "batch=32"]
+    cells = [c for c in sweep_cells(load_sweep("table6"), prof)
+             if str(c.values.get("lp")) == "16384" and str(c.values.get("batch")) == "32"]
+    assert len(cells) == 3 and all(c.cell_id.endswith("-r0") for c in cells)
+    res = tmp_path / "h200"
+    (res / "table6").mkdir(parents=True)
+    stale = set()
+    for c in cells:
+        for rep in (0, 1, 2):
+            path = res / "table6" / f"{c.cell_id[:-1]}{rep}.json"
+            path.write_text("{}")
+            if rep != 1 or c.values["system"] != "granikv":
+                stale.add(path.resolve())  # granikv's rep 1 is current
+    monkeypatch.setattr("harness.staleness.stale_paths", lambda results: stale)
+    lines = batch.sweep_lines("table6", prof_path, where, None, stale=res)
+    got = [(next(t for t in line.split() if t.startswith("system=")),
+            next(t for t in line.split() if t.startswith("rep="))) for line in lines]
+    assert got == [(f"system={s}", f"rep={r}") for r in (0, 1, 2) for s in ("paged", "cascade", "granikv")
+                   if not (r == 1 and s == "granikv")]
+    assert all(line.endswith("overwrite=true") for line in lines)
+    # without result files beyond rep 0, only the profile's reps
+    for p in (res / "table6").glob("*-r[12].json"):
+        p.unlink()
+    assert len(batch.sweep_lines("table6", prof_path, where, None, stale=res)) == 3
