@@ -341,6 +341,8 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
         out["step_log"] = info["step_log"]
     if isinstance(info.get("graphs"), Mapping):  # captures at start vs during the run
         out["graphs"] = info["graphs"]
+    if isinstance(info.get("startup"), Mapping):  # where the server's start-up went (engine build, captures)
+        out["startup"] = info["startup"]
     if isinstance(info.get("loop"), Mapping):  # the engine process's loop clock (granikv.server.proc)
         out.update({f"loop_{k}": v for k, v in info["loop"].items()})
     for key in ("running", "waiting"):

@@ -76,6 +76,7 @@ def _items(outs) -> list[tuple]:
 
 def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us through the pipe
+    t_start = time.perf_counter()
     try:
         if factory is None:
             from granikv.engine.factory import create_engine as factory
@@ -84,6 +85,8 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     except Exception as e:  # noqa: BLE001 - reported to the server, which exits with it
         msgs.send(("error", f"{type(e).__name__}: {e}"))
         return
+    # the engine's build (torch import included) as the child saw it, beside the engine's own split
+    startup = {**getattr(engine, "startup", {}), "engine_s": round(time.perf_counter() - t_start, 3)}
     msgs.send(("ready", engine_info(engine)))
     clock = LoopClock()
     perf = time.perf_counter
@@ -134,7 +137,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
                 if name == "flush":
                     value = engine.flush_cache()
                 elif name == "stats":
-                    value = {**engine.stats(), "loop": clock.as_dict()}
+                    value = {**engine.stats(), "loop": clock.as_dict(), "startup": startup}
                 elif name == "profile":
                     value = profile_window(engine, step, arg)
                 else:
@@ -217,10 +220,12 @@ class EngineProcess:
         self._send_lock = threading.Lock()
         self.fatal: str | None = None
         self.info: dict = {}
+        self.process_s: float | None = None
         self.reader = threading.Thread(target=self._read, name="granikv-engine-reader", daemon=True)
 
     def start(self) -> None:
         """Start the engine process and wait until it is ready (blocking: run in a thread)."""
+        t0 = time.perf_counter()
         self.proc.start()
         self._cmd_r.close()
         self._msg_w.close()
@@ -236,6 +241,7 @@ class EngineProcess:
             self.proc.join(10)
             raise ValueError(msg[1])
         self.info = msg[1]
+        self.process_s = round(time.perf_counter() - t0, 3)  # spawn, imports, engine build, captures
         self.reader.start()
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -285,7 +291,10 @@ class EngineProcess:
         return await self._call("flush")
 
     async def stats(self) -> dict:
-        return await self._call("stats")
+        value = await self._call("stats")
+        if isinstance(value.get("startup"), dict) and self.process_s is not None:
+            value["startup"] = {**value["startup"], "process_s": self.process_s}
+        return value
 
     async def profile(self, steps: int) -> dict:
         return await self._call("profile", steps)

@@ -381,6 +381,9 @@ def test_engine_process_serves_streams_counters_flush_and_errors():
     assert loop["adds"] == 7 and loop["steps"] == sum(info["steps"].values()) and loop["add_s"] > 0
     step_log_s = sum(info["step_time_s"].values())
     assert loop["step_s"] >= 0.9 * step_log_s and all(loop[k] >= 0 for k in ("idle_s", "send_s", "cmd_s"))
+    # where the start-up went: the engine's build inside the child's, inside spawn-to-ready
+    up = info["startup"]
+    assert 0 < up["build_s"] <= up["engine_s"] <= up["process_s"] and up["capture_s"] == 0  # no CUDA
     assert flushed == 200
     assert prof == 400  # profiling needs CUDA: a clear 4xx on a CPU engine, not a crash
     assert not handle.proc.is_alive()

@@ -224,8 +224,9 @@ def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it
     info = {"steps": {"extend": 3, "decode": 9}, "step_time_s": {"extend": 0.5, "decode": 1.5},
             "loop": {"idle_s": 0.2, "add_s": 0.1, "adds": 4, "step_s": 2.1, "steps": 12, "send_s": 0.05,
                      "cmd_s": 0.0}}
-    out = engine_counters(info)
+    out = engine_counters({**info, "startup": {"build_s": 3.0, "capture_s": 2.5, "engine_s": 7.0}})
     assert out["loop_step_s"] == 2.1 and out["loop_adds"] == 4 and out["extend_time_s"] == 0.5
+    assert out["startup"] == {"build_s": 3.0, "capture_s": 2.5, "engine_s": 7.0}
     assert warmup_counters(info)["loop_idle_s"] == 0.2
 
 
