@@ -23,6 +23,10 @@ where the ShareGPT package and the tokenizer are installed, and carried there co
     # when tracked), then extract, and say why in the history README
     python -m harness.batch supersede scripts/gpu-batches/s8-call1.txt \
         --into results/h200/history/table9-before-extend-splits
+    # ... or both steps at once, from the tarball itself: every result file in it that replaces
+    # one here moves that one into the history folder first (nothing moves if any would clash)
+    python -m harness.batch land /work/.device/1/call1.tar.gz \
+        --into results/h200/history/table9-before-extend-splits
 
 A cell list: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
 A cell that fails is reported and the batch goes on; its log is kept in the tarball.
@@ -185,6 +189,58 @@ def supersede(cells: list[list[str]], into: Path, results_root: Path,
     return moves
 
 
+def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -> dict[str, list]:
+    """Extract a call's tarball (`run --tar`) into `results_root`: each result file in it that
+    would replace an existing one moves that one into `into` first (git mv when tracked), the
+    way `supersede` does — but only for the cells that actually came back, so a cell that failed
+    on the GPU keeps its old file instead of leaving a hole. Checked before anything moves: every
+    member is a plain file under `results/` (no absolute paths, no `..`), and no history file
+    would be overwritten. Returns {"replaced": [(old, history)], "new": [path]}."""
+    with tarfile.open(tarball, "r:*") as tf:
+        members = []
+        for m in tf.getmembers():
+            parts = Path(m.name).parts
+            if Path(m.name).is_absolute() or ".." in parts:
+                raise ValueError(f"{tarball}: refusing member {m.name!r} (outside the tree)")
+            if m.isdir() or not parts or parts[0] != "results":
+                continue  # batch logs, folders
+            if not m.isfile():
+                raise ValueError(f"{tarball}: refusing member {m.name!r} (not a plain file)")
+            members.append((m, results_root.joinpath(*parts[1:])))
+        replaced, new = [], []
+        for _m, dst in members:
+            if dst.exists():
+                hist = into / dst.name
+                if hist.exists():
+                    raise FileExistsError(f"{hist} exists: pick another history folder")
+                replaced.append((dst, hist))
+            else:
+                new.append(dst)
+        names = [h.name for _, h in replaced]
+        if len(set(names)) != len(names):
+            raise FileExistsError(f"two replaced files share a name in {into}: pick a folder per sweep")
+        if dry_run:
+            return {"replaced": replaced, "new": new}
+        if replaced:
+            into.mkdir(parents=True, exist_ok=True)
+        for src, dst in replaced:
+            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
+                                     capture_output=True).returncode == 0
+            if tracked:
+                subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
+            else:
+                shutil.move(str(src), str(dst))
+        for m, dst in members:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            src = tf.extractfile(m)
+            assert src is not None
+            tmp = dst.with_name(dst.name + ".landing")
+            with src, tmp.open("wb") as out:
+                shutil.copyfileobj(src, out)
+            os.replace(tmp, dst)
+    return {"replaced": replaced, "new": new}
+
+
 def unpack(carry: Path, workloads: Path) -> None:
     workloads.mkdir(parents=True, exist_ok=True)
     for xz in sorted(carry.glob("*.jsonl.xz")):
@@ -260,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--into", type=Path, required=True, help="e.g. results/h200/history/<why>")
     sp.add_argument("--results", type=Path, default=ROOT / "results", help="results root the cells wrote to")
     sp.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
+    la = sub.add_parser("land", help="extract a call's tarball, moving the result files it replaces into a "
+                                     "history folder first")
+    la.add_argument("tarball", type=Path)
+    la.add_argument("--into", type=Path, required=True, help="e.g. results/h200/history/<why>")
+    la.add_argument("--results", type=Path, default=ROOT / "results", help="the results root to extract into")
+    la.add_argument("--dry-run", action="store_true", help="print what would move and land, change nothing")
     u = sub.add_parser("unpack", help="only unpack the carried workloads into workloads/ (on the GPU host)")
     u.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
     ln = sub.add_parser("lines", help="print a sweep's cell lines (filtered) for a cell list")
@@ -273,6 +335,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "unpack":
         unpack(args.carry, ROOT / "workloads")
+        return 0
+    if args.cmd == "land":
+        try:
+            done = land(args.tarball, args.into, args.results, dry_run=args.dry_run)
+        except (FileExistsError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        verb = "would move" if args.dry_run else "moved"
+        for src, dst in done["replaced"]:
+            print(f"{verb} {src} -> {dst}")
+        for path in done["new"]:
+            print(f"{'would add' if args.dry_run else 'added'} {path}")
+        print(f"{len(done['replaced'])} replaced (old files in {args.into}), {len(done['new'])} new"
+              + ("" if args.dry_run or not done["replaced"] else f"; say why in {args.into.parent / 'README.md'}"),
+              flush=True)
         return 0
     if args.cmd == "lines":
         print("\n".join(sweep_lines(args.sweep, args.profile, args.where, args.missing, args.stale)))

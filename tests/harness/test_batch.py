@@ -95,3 +95,50 @@ def test_supersede_moves_the_result_files_a_list_would_overwrite(tmp_path):
     with pytest.raises(FileExistsError):  # never overwrite an earlier superseded file
         batch.supersede(cells, into, res)
     assert old.exists()
+
+
+def _tarball(path, files: dict[str, bytes]):
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_land_moves_only_the_files_a_call_replaced_then_extracts(tmp_path):
+    res = tmp_path / "results"
+    kept = res / "h200" / "table9" / "granikv-r0.json"  # its cell failed on the GPU: not in the tarball
+    old = res / "h200" / "table9" / "paged-r0.json"
+    for p, text in ((kept, "kept"), (old, "old")):
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    tb = _tarball(tmp_path / "call1.tar.gz", {"results/h200/table9/paged-r0.json": b"new",
+                                              "results/h200/table6/cascade-r0.json": b"fresh",
+                                              "batch-logs/cell00.log": b"log"})
+    into = res / "h200" / "history" / "why"
+    plan = batch.land(tb, into, res, dry_run=True)
+    assert plan == {"replaced": [(old, into / "paged-r0.json")], "new": [res / "h200" / "table6" / "cascade-r0.json"]}
+    assert old.read_text() == "old" and not into.exists()  # a dry run changes nothing
+    batch.land(tb, into, res)
+    assert (into / "paged-r0.json").read_text() == "old" and old.read_text() == "new"
+    assert (res / "h200" / "table6" / "cascade-r0.json").read_text() == "fresh"
+    assert kept.read_text() == "kept" and not (into / "granikv-r0.json").exists()
+    assert not (res / "batch-logs").exists() and not list(res.rglob("*.landing"))
+    # landing again into the same folder would overwrite a history file: refused, nothing moves
+    with pytest.raises(FileExistsError):
+        batch.land(tb, into, res)
+    assert old.read_text() == "new" and (into / "paged-r0.json").read_text() == "old"
+
+
+@pytest.mark.parametrize("name", ["results/../escape.json", "/results/abs.json"])
+def test_land_refuses_members_outside_results(tmp_path, name):
+    res = tmp_path / "results"
+    res.mkdir()
+    tb = _tarball(tmp_path / "bad.tar.gz", {"results/h200/ok.json": b"{}", name: b"x"})
+    with pytest.raises(ValueError):
+        batch.land(tb, res / "history" / "x", res)
+    assert not (res / "h200").exists() and not (tmp_path / "escape.json").exists()
