@@ -29,12 +29,15 @@ where the ShareGPT package and the tokenizer are installed, and carried there co
         --into results/h200/history/table9-before-extend-splits
 
 A cell list: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
-A cell that fails is reported and the batch goes on; its log is kept in the tarball.
+A cell that fails is reported and the batch goes on; its log is kept in the tarball. A cell whose
+result file exists is skipped — by harness.cell, or here for an `overwrite=true` cell whose file
+was measured at this very commit — so a list can be run again after a partial call.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import lzma
 import os
 import shlex
@@ -264,6 +267,11 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -
             report.append({"cell": ov, "status": "not started (budget)"})
             print(f"[{i + 1}/{len(cells)}] not started: {left:.0f}s left", flush=True)
             continue
+        done_at = measured_at_this_commit(ov)
+        if done_at:
+            report.append({"cell": ov, "status": 0, "skipped": done_at})
+            print(f"[{i + 1}/{len(cells)}] skipped: re-measured at {done_at[:7]} already (this commit)", flush=True)
+            continue
         log = logs / f"cell{i:02d}.log"
         t = time.monotonic()
         cmd = [sys.executable, "-m", "harness.cell", *ov]
@@ -278,6 +286,29 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -
         print(f"[{i + 1}/{len(cells)}] rc={rc} {time.monotonic() - t:.0f}s {' '.join(ov)}\n    {tail[0][:300]}",
               flush=True)
     return report
+
+
+def measured_at_this_commit(ov: list[str], sha: str | None = None) -> str | None:
+    """For an `overwrite=true` cell: the commit of its existing result file when that is this
+    commit (GIT_SHA on a lent host), else None. Why: a list of re-measures is run again after a
+    partial call (the budget ran out), and the cells it already re-measured must not run twice;
+    cells without overwrite are skipped by harness.cell itself when their file exists. A dirty
+    tree never counts as the same commit."""
+    if "overwrite=true" not in ov:
+        return None
+    from harness.cell import result_path
+    from harness.provenance import git_sha
+
+    sha = sha or git_sha(default=None)
+    if not sha or sha.endswith("-dirty"):
+        return None
+    cfg = compose([o for o in ov if not o.startswith("overwrite=")])
+    path = ROOT / result_path(cfg)
+    try:
+        recorded = json.loads(path.read_text()).get("env", {}).get("git_sha")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if recorded == sha else None
 
 
 def tar_new(dst: Path, results: Path, logs: Path, since: float, runs: bool = False) -> None:

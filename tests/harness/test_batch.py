@@ -142,3 +142,26 @@ def test_land_refuses_members_outside_results(tmp_path, name):
     with pytest.raises(ValueError):
         batch.land(tb, res / "history" / "x", res)
     assert not (res / "h200").exists() and not (tmp_path / "escape.json").exists()
+
+
+def test_a_re_measure_list_run_again_skips_the_cells_this_commit_already_re_measured(tmp_path, monkeypatch):
+    import json
+
+    from harness.cell import result_path
+
+    ov = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "system=paged", "lp=512", "batch=256",
+          "rep=0", "sweep=table9", "hardware=h200", f"results_dir={tmp_path}", "overwrite=true"]
+    path = result_path(batch.compose(ov[:-1]))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"env": {"git_sha": "a" * 40}}))
+    assert batch.measured_at_this_commit(ov, sha="a" * 40) == "a" * 40
+    assert batch.measured_at_this_commit(ov, sha="b" * 40) is None  # measured before: re-measure it
+    assert batch.measured_at_this_commit(ov, sha="a" * 40 + "-dirty") is None
+    assert batch.measured_at_this_commit(ov[:-1], sha="a" * 40) is None  # no overwrite: harness.cell skips it
+    path.write_text("not json")
+    assert batch.measured_at_this_commit(ov, sha="a" * 40) is None
+    # run() skips such a cell without starting it
+    monkeypatch.setattr(batch, "measured_at_this_commit", lambda o, sha=None: "c" * 40)
+    monkeypatch.setattr(batch.subprocess, "run", lambda *a, **k: pytest.fail("a skipped cell was started"))
+    report = batch.run([ov], budget_s=600.0, reserve_s=10.0, logs=tmp_path / "logs")
+    assert report == [{"cell": ov, "status": 0, "skipped": "c" * 40}]
