@@ -182,14 +182,20 @@ def supersede(cells: list[list[str]], into: Path, results_root: Path,
         return moves
     into.mkdir(parents=True, exist_ok=True)
     for src, dst in moves:
-        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
-                                 capture_output=True).returncode == 0
-        if tracked:
-            subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
-        else:
-            shutil.move(str(src), str(dst))
+        tracked = _move_into_history(src, dst)
         print(f"{src} -> {dst}{' (git mv)' if tracked else ''}", flush=True)
     return moves
+
+
+def _move_into_history(src: Path, dst: Path) -> bool:
+    """Move a superseded result file (git mv when tracked, so history keeps it); True if tracked."""
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
+                             capture_output=True).returncode == 0
+    if tracked:
+        subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
+    else:
+        shutil.move(str(src), str(dst))
+    return tracked
 
 
 def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -> dict[str, list]:
@@ -227,12 +233,7 @@ def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -
         if replaced:
             into.mkdir(parents=True, exist_ok=True)
         for src, dst in replaced:
-            tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
-                                     capture_output=True).returncode == 0
-            if tracked:
-                subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
-            else:
-                shutil.move(str(src), str(dst))
+            _move_into_history(src, dst)
         for m, dst in members:
             dst.parent.mkdir(parents=True, exist_ok=True)
             src = tf.extractfile(m)
