@@ -53,13 +53,18 @@ async def serve(args: argparse.Namespace) -> None:
         engine = create_engine(cfg)
         loop = EngineLoop(engine)
         loop.start()
+        codec = TextCodec(cfg.model_path)
     else:
         from granikv.server.proc import EngineProcess
 
         engine = None
         loop = EngineProcess(cfg)
-        await asyncio.to_thread(loop.start)
-    app = build_app(loop, TextCodec(cfg.model_path), args.incremental_streaming_output)
+        # the engine process boots (imports torch, builds, captures) while this one loads the
+        # tokenizer: the server process itself never imports torch unless a tokenizer needs it
+        started = asyncio.create_task(asyncio.to_thread(loop.start))
+        codec = TextCodec(cfg.model_path)
+        await started
+    app = build_app(loop, codec, args.incremental_streaming_output)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = tcp_site(runner, args.host, args.port, args.backlog)

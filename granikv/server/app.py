@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from granikv.engine.request import SamplingParams
-from granikv.server.loop import EngineLoop
+from granikv.server.loop import EngineLoop  # torch-free: the server process never imports torch
 from granikv.server.text import TextCodec
 
 MAX_PROFILE_STEPS = 1000  # a window long enough for any table, short enough to stay in memory

@@ -13,9 +13,12 @@ import queue
 import threading
 import traceback
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
+
+if TYPE_CHECKING:  # the server process never imports torch: the engine process does (proc.py)
+    from granikv.engine.engine import Engine
 
 
 @dataclass

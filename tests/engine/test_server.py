@@ -304,6 +304,19 @@ def test_cli_help_lists_every_config_field():
     assert "127.0.0.1" in out.stdout
 
 
+def test_the_server_process_does_not_import_torch():
+    """Only the engine process needs torch: importing it in the HTTP process too cost every cell
+    a second torch import (seconds on a CUDA build) before the engine process even started."""
+    import subprocess
+    import sys
+
+    code = ("import sys, granikv.server.__main__, granikv.server.app, granikv.server.proc, "
+            "granikv.server.loop, granikv.server.text; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_server_process_serves_and_stops_on_sigterm():
     import signal
     import subprocess
