@@ -235,7 +235,8 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", default="llama-3.1-8b")
+    ap.add_argument("--model", default=None, help="default: llama-3.1-8b on cuda, tiny on cpu (random weights of "
+                                                    "an 8B model in float32 would not fit a CPU host)")
     ap.add_argument("--cells", default="512x256,16384x256,16384x8", help="LpxB,...")
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
@@ -253,7 +254,8 @@ def main(argv=None) -> int:
                          "with the square of the output length")
     ap.add_argument("--http-repeats", type=int, default=2,
                     help="serve the burst this many times on each side; the last run counts (warm engine)")
-    ap.add_argument("--out", default="results/h200/engine/steps.json")
+    ap.add_argument("--out", default=None, help="default: results/h200/engine/steps.json on cuda, "
+                                                "results/cpu/engine/steps.json on cpu")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run of the script (tiny model)")
     ap.add_argument("--kernel-impl", default="triton")
     ap.add_argument("--notes", default=None, help="print the Markdown table of an existing steps.json and exit")
@@ -261,6 +263,9 @@ def main(argv=None) -> int:
     if args.notes:
         print(notes_table(args.notes))
         return 0
+    on_cpu = args.device == "cpu"
+    args.model = args.model or ("tiny" if on_cpu else "llama-3.1-8b")
+    args.out = args.out or f"results/{'cpu' if on_cpu else 'h200'}/engine/steps.json"
     if args.device == "cuda" and not torch.cuda.is_available():
         print("engine_steps needs a CUDA GPU (or --device cpu for a dry run)", file=sys.stderr)
         return 2

@@ -311,7 +311,8 @@ def test_the_server_process_does_not_import_torch():
     import sys
 
     code = ("import sys, granikv.server.__main__, granikv.server.app, granikv.server.proc, "
-            "granikv.server.loop, granikv.server.text; print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
+            "granikv.server.loop, granikv.server.text; "
+            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

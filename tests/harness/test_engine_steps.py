@@ -54,3 +54,17 @@ def test_decode_step_cell_records_floor_and_host_gap(tmp_path):
         assert r["step_ms"] > 0 and r["floor_ms"] > 0
         assert r["host_gap_share"] is None  # GPU idle time: there is no GPU timeline on a CPU
     assert recs["granikv"]["attention"]["decode_steps"] > 0
+
+
+def test_cpu_dry_run_defaults_to_the_tiny_model(tmp_path):
+    """`--device cpu` without `--model` must not build Llama-8B's random weights (32 GB in float32:
+    the process was killed by the OOM killer without a word)."""
+    out = tmp_path / "steps.json"
+    r = subprocess.run([sys.executable, "-m", "harness.microbench.engine_steps", "--device", "cpu",
+                        "--kernel-impl", "torch", "--kv-budget-gb", "0.05", "--out", str(out),
+                        "--cells", "32x2", "--systems", "paged", "--steps", "2", "--prof-steps", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["config"]["model"] == "tiny"
+    assert doc["records"][0]["model"] == "tiny"
