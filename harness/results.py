@@ -16,11 +16,12 @@ cells. Everything else in a file is carried through untouched as flattened colum
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import numbers
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +183,24 @@ class ResultSet:
     hardware: str
     cells: pd.DataFrame
     microbench: Mapping[str, pd.DataFrame] = field(default_factory=dict)
+    # the cell paths read inside each open `recording()` (innermost last): which cells are behind
+    # a table row, so a row built from a stale cell can be marked (harness.tables, staleness)
+    _recordings: list[set[str]] = field(default_factory=list, compare=False, repr=False)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[set[str]]:
+        """Collect the paths of the cells `note_used` sees until the block ends."""
+        paths: set[str] = set()
+        self._recordings.append(paths)
+        try:
+            yield paths
+        finally:
+            self._recordings.pop()
+
+    def note_used(self, cells: pd.DataFrame) -> None:
+        if self._recordings and "path" in cells.columns:
+            for paths in self._recordings:
+                paths.update(str(p) for p in cells["path"])
 
     @functools.cached_property
     def _by_sweep(self) -> dict[str, pd.DataFrame]:

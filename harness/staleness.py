@@ -152,6 +152,47 @@ def _point(a: CellAudit) -> tuple:
     return (a.sweep,) + tuple(norm(a.config.get(k)) for k in POINT_KEYS) + (norm(a.config.get("rep", 0)),)
 
 
+def _points(audits: Sequence[CellAudit]) -> dict[tuple, list[CellAudit]]:
+    points: dict[tuple, list[CellAudit]] = {}
+    for a in audits:
+        points.setdefault(_point(a), []).append(a)
+    return points
+
+
+def _point_labels(points: Mapping[tuple, Sequence[CellAudit]]) -> dict[tuple, str]:
+    """A point is labelled by lp, batch and whatever else varies among its sweep's points."""
+    varies: dict[str, set[int]] = {}
+    for sweep in {k[0] for k in points}:
+        keys = [k for k in points if k[0] == sweep]
+        varies[sweep] = {i for i, name in enumerate(POINT_KEYS)
+                         if name in ("lp", "batch") or len({k[1 + i] for k in keys}) > 1}
+    return {key: " ".join(f"{name}={key[1 + i]}" for i, name in enumerate(POINT_KEYS)
+                          if i in varies[key[0]] and key[1 + i]) for key in points}
+
+
+@dataclass(frozen=True)
+class SweepStaleness:
+    """What a rendered table says about the cells behind it (`harness.tables`)."""
+
+    cells: int
+    stale: int
+    points: tuple[str, ...]  # "lp=512 batch=8" (", rep N" past rep 0) of each point with a stale cell
+
+
+def sweep_staleness(audits: Sequence[CellAudit]) -> dict[str, SweepStaleness]:
+    """Per sweep: how many of its cells are stale, and which points they belong to."""
+    points = _points(audits)
+    labels = _point_labels(points)
+    out: dict[str, SweepStaleness] = {}
+    for sweep in sorted({a.sweep for a in audits}):
+        keys = sorted(k for k in points if k[0] == sweep)
+        group = [a for k in keys for a in points[k]]
+        names = tuple(labels[k] + (f" rep {k[-1]}" if k[-1] not in ("", "0") else "")
+                      for k in keys if any(a.stale for a in points[k]))
+        out[sweep] = SweepStaleness(cells=len(group), stale=sum(a.stale for a in group), points=names)
+    return out
+
+
 def _cell_labels(group: Sequence[CellAudit]) -> list[str]:
     """Each cell of a point as its variant, plus the CELL_KEYS that vary among its granikv cells."""
     gk = [a for a in group if a.system.startswith("granikv")]
@@ -189,20 +230,10 @@ def render_markdown(audits: Sequence[CellAudit], changes: Sequence[CodeChange]) 
               "the point were measured at different commits, so its ratio spans a code change.", "",
               "| sweep | point | rep | systems | measured at | stale systems: changes they predate |",
               "|---|---|---|---|---|---|"]
-    points: dict[tuple, list[CellAudit]] = {}
-    for a in audits:
-        points.setdefault(_point(a), []).append(a)
-    # a point is labelled by lp, batch and whatever else varies within its sweep
-    varies: dict[str, set[int]] = {}
-    for key in points:
-        varies.setdefault(key[0], set())
-    for sweep in varies:
-        keys = [k for k in points if k[0] == sweep]
-        varies[sweep] = {i for i, name in enumerate(POINT_KEYS)
-                         if name in ("lp", "batch") or len({k[1 + i] for k in keys}) > 1}
+    points = _points(audits)
+    labels = _point_labels(points)
     for key, group in sorted(points.items(), key=lambda kv: kv[0]):
-        label = " ".join(f"{name}={key[1 + i]}" for i, name in enumerate(POINT_KEYS)
-                         if i in varies[key[0]] and key[1 + i])
+        label = labels[key]
         group = sorted(group, key=lambda a: (a.system, str(a.config.get("hot_fraction")),
                                              str(a.config.get("cold_page_size"))))
         names = _cell_labels(group)

@@ -90,10 +90,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import math
 import numbers
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -192,6 +194,7 @@ def select(results: ResultSet, sweeps: Sequence[str], require: Sequence[str] = (
     for sweep in sweeps:
         sub = where(results.sweep_cells(sweep), **conds)
         if len(sub) and all((sub["variant"] == system).any() for system in require):
+            results.note_used(sub)
             return sub
     return results.cells.iloc[0:0]
 
@@ -674,6 +677,8 @@ class ComparedRow:
     keys: tuple[Any, ...]
     cells: tuple[Cell, ...]
     ours_only: bool = False  # a row the paper does not print (its paper columns are n/a)
+    sources: frozenset[str] = frozenset()  # the result files behind our numbers in this row
+    stale: bool = False  # one of them predates a listed engine change (`mark_stale`)
 
 
 @dataclass(frozen=True)
@@ -709,7 +714,8 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
     extra = spec.ours_rows(paper, results) if spec.ours_rows else []
     rows = []
     for prow, ours_only in [(r, False) for r in paper.rows] + [(r, True) for r in extra]:
-        ours = spec.ours(paper, prow, results)
+        with results.recording() as sources:
+            ours = spec.ours(paper, prow, results)
         cells = []
         for col in value_cols:
             applicable = col.name not in spec.qualitative
@@ -718,7 +724,7 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
             comparable = col.name not in spec.no_ratio and (pv is None or _is_number(pv))
             cells.append(Cell(paper=pv, ours=value, applicable=applicable, comparable=comparable))
         rows.append(ComparedRow(keys=tuple(prow.get(k) for k in spec.keys), cells=tuple(cells),
-                                ours_only=ours_only))
+                                ours_only=ours_only, sources=frozenset(sources)))
     if extra:
         # ours-only rows go where they belong when the paper prints its rows in key order (the
         # grids do), else after the paper's rows
@@ -728,6 +734,36 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
     return ComparedTable(number=number, caption=paper.caption, key_columns=key_cols, value_columns=value_cols,
                          rows=tuple(rows), notes=paper.notes, hardware=results.hardware, gpu=results.gpu,
                          sources=spec.sources, sweeps=spec.sweeps)
+
+
+def mark_stale(t: ComparedTable, stale: set[str]) -> ComparedTable:
+    """`t` with each row whose numbers come from one of the `stale` result files marked."""
+    rows = tuple(dataclasses.replace(r, stale=bool(r.sources & stale)) for r in t.rows)
+    return dataclasses.replace(t, rows=rows)
+
+
+def stale_cell_paths(results: ResultSet, changes: Sequence[Any] | None = None,
+                     repo: Path | str | None = None) -> set[str] | None:
+    """The cells (paths as `results` holds them) that predate a listed engine change
+    (`harness/data/code_changes.yaml` unless `changes` is given); None when git cannot answer
+    (no git, or a clone without the cells' commits)."""
+    from harness import staleness
+
+    try:
+        audits = staleness.audit_cells(results.cells, staleness.load_changes() if changes is None else changes,
+                                       staleness.Ancestry(repo or staleness.ROOT))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if any(a.unknown for a in audits):  # a shallow clone: partial marks would mislead
+        return None
+    return {a.path for a in audits if a.stale}
+
+
+def headline_block(results: ResultSet) -> str:
+    """The README's headline table: Table 3, stale rows marked where git can tell."""
+    t = build_table(3, results)
+    stale = stale_cell_paths(results)
+    return render_headline(mark_stale(t, stale) if stale is not None else t)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -758,6 +794,7 @@ def format_value(value: Any, like: Any = None) -> str:
 
 
 OURS_ONLY_MARK = "*"
+STALE_MARK = "§"  # a row whose numbers include a cell measured before a listed engine change
 
 
 def _ours_text(cell: Cell, missing: str) -> str:
@@ -776,6 +813,8 @@ def _key_texts(row: ComparedRow) -> list[str]:
     keys = [format_value(k) for k in row.keys]
     if row.ours_only and keys:
         keys[0] += OURS_ONLY_MARK
+    if row.stale and keys:
+        keys[0] += STALE_MARK
     return keys
 
 
@@ -802,7 +841,16 @@ def _header_lines(t: ComparedTable) -> list[str]:
         + (f"; sweeps {', '.join(t.sweeps)}" if t.sweeps else "") + ".",
         f"{t.filled} of our cells filled, {t.missing} missing (marked {MISSING_TEXT}); "
         "ours/paper compares absolute values across different hardware — compare the ratio columns.",
-    ] + only
+    ] + only + _stale_lines(t)
+
+
+def _stale_lines(t: ComparedTable) -> list[str]:
+    n = sum(r.stale for r in t.rows)
+    if not n:
+        return []
+    return [f"{n} row(s) marked {STALE_MARK} include cells measured before a later engine change listed in "
+            "`harness/data/code_changes.yaml`: re-measured at HEAD they would not give these numbers "
+            "(which cells and changes: `staleness.md`)."]
 
 
 def render_markdown(t: ComparedTable) -> str:
@@ -827,7 +875,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "×": r"$\times$", "µ": r"$\mu$", "μ": r"$\mu$", "Δ": r"$\Delta$", "∈": r"$\in$",
                   "≥": r"$\geq$", "≤": r"$\leq$", "≈": r"$\approx$", "·": r"$\cdot$", "†": r"\dag{}",
                   "|": r"$|$", "—": "---", "–": "--", "α": r"$\alpha$", "β": r"$\beta$", "γ": r"$\gamma$",
-                  "<": r"$<$", ">": r"$>$", "ℓ": r"$\ell$"}
+                  "<": r"$<$", ">": r"$>$", "ℓ": r"$\ell$", "§": r"\S{}"}
 
 
 def latex_escape(text: str) -> str:
@@ -853,6 +901,8 @@ def render_latex(t: ComparedTable) -> str:
                       latex_escape(_ratio_text(cell, MISSING_TEXT))]
         lines.append(" & ".join(cells) + r" \\")
     only = f" Rows marked {OURS_ONLY_MARK} are ours only." if any(r.ours_only for r in t.rows) else ""
+    if any(r.stale for r in t.rows):
+        only += f" Rows marked {STALE_MARK} include cells measured before a later engine change."
     caption = latex_escape(f"Table {t.number} (paper: {PAPER_HARDWARE}; ours: {t.hardware}). {t.caption}{only}")
     lines += [r"\hline", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{tab:ours-{t.number}}}",
               r"\end{table}"]
@@ -902,6 +952,9 @@ def render_headline(t: ComparedTable) -> str:
         cells = _key_texts(row)
         cells += [f"{_paper_text(c)} / {_ours_text(c, MISSING_TEXT)}" for c in row.cells]
         lines.append("| " + " | ".join(cells) + " |")
+    if any(r.stale for r in t.rows if not all(c.ours is None for c in r.cells)):
+        lines += ["", f"{STALE_MARK}: measured before a later engine change; re-measured at HEAD these "
+                      "numbers would differ (`tables/<hardware>/staleness.md`)."]
     return "\n".join(lines) + "\n"
 
 
@@ -937,8 +990,11 @@ def write_tables(results: ResultSet, out_dir: Path | str,
              f"generated here (`python -m harness.staleness --results results/{results.hardware} "
              f"--out {out.as_posix()}/staleness.md`). The A/B cells of `adhoc/` are in `ab.md`.", "",
              "| table | caption | ours filled | missing | files |", "|---|---|---|---|---|"]
+    stale = stale_cell_paths(results)
     for n in numbers:
         t = build_table(n, results)
+        if stale is not None:
+            t = mark_stale(t, stale)
         for ext, render in RENDERERS.items():
             path = out / f"table{n}.{ext}"
             path.write_text(render(t), encoding="utf-8")
@@ -970,7 +1026,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{len(results.microbench)} microbench files)")
     if args.readme:
         try:
-            changed = update_readme(args.readme, render_headline(build_table(3, results)))
+            changed = update_readme(args.readme, headline_block(results))
         except (OSError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -158,3 +158,43 @@ def test_batch_lines_cover_stale_repetitions_beyond_the_profile(monkeypatch, tmp
     for p in (res / "table6").glob("*-r[12].json"):
         p.unlink()
     assert len(batch.sweep_lines("table6", prof_path, where, None, stale=res)) == 3
+
+
+def test_tables_mark_the_rows_built_from_stale_cells(repo, tmp_path):
+    """A table row whose numbers come from a cell measured before a listed change is marked, in
+    the Markdown and LaTeX tables and the README headline; rows from current cells are not."""
+    from harness import tables
+    from harness.results import load_results
+
+    r, sha = repo
+    res_dir = tmp_path / "results" / "hw"
+    old = {s: _cell(res_dir, "table9", s, sha["base"], lp=8192) for s in ("paged", "cascade", "granikv")}
+    new = {s: _cell(res_dir, "table9", s, sha["after"], lp=512) for s in ("paged", "cascade", "granikv")}
+    changes = [staleness.CodeChange(sha["change"][:7], "the change")]
+    res = load_results(res_dir)
+    stale = tables.stale_cell_paths(res, changes, repo=r)
+    assert {Path(p).resolve() for p in stale} == {p.resolve() for p in old.values()}
+
+    t = tables.build_table(9, res)
+    rows = {(int(row.keys[0]), int(row.keys[1])): row for row in t.rows}
+    assert {Path(p).resolve() for p in rows[(8192, 256)].sources} == {p.resolve() for p in old.values()}
+    assert {Path(p).resolve() for p in rows[(512, 256)].sources} == {p.resolve() for p in new.values()}
+    assert not rows[(512, 8)].sources  # a row we have no cells for reads none
+
+    marked = tables.mark_stale(t, stale)
+    flags = {(int(row.keys[0]), int(row.keys[1])): row.stale for row in marked.rows}
+    assert flags[(8192, 256)] and not flags[(512, 256)] and sum(flags.values()) == 1
+    md = tables.render_markdown(marked)
+    assert f"| 8192{tables.STALE_MARK} | 256 |" in md and "| 512 | 256 |" in md
+    assert f"1 row(s) marked {tables.STALE_MARK}" in md
+    assert r"8192\S{}" in tables.render_latex(marked)
+    assert tables.STALE_MARK not in tables.render_markdown(t)  # unmarked without the audit
+
+
+def test_tables_leave_rows_unmarked_when_git_cannot_place_the_cells(tmp_path):
+    from harness import tables
+    from harness.results import load_results
+
+    res_dir = tmp_path / "results" / "hw"
+    _cell(res_dir, "table9", "paged", "0123456789abcdef0123456789abcdef01234567")
+    assert tables.stale_cell_paths(load_results(res_dir)) is None
