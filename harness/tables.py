@@ -954,7 +954,7 @@ def render_headline(t: ComparedTable) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     if any(r.stale for r in t.rows if not all(c.ours is None for c in r.cells)):
         lines += ["", f"{STALE_MARK}: measured before a later engine change; re-measured at HEAD these "
-                      "numbers would differ (`tables/<hardware>/staleness.md`)."]
+                      f"numbers would differ (`tables/{t.hardware}/staleness.md`)."]
     return "\n".join(lines) + "\n"
 
 
