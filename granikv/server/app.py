@@ -14,6 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
 from aiohttp import web
 
 from granikv.engine.request import SamplingParams
@@ -41,7 +42,7 @@ class BadRequest(Exception):
 
 @dataclass
 class GenerateRequest:
-    input_ids: list[int]
+    input_ids: np.ndarray  # int32, checked against the vocabulary
     params: SamplingParams
     stream: bool
     shared_prefix_len: int | None
@@ -114,7 +115,8 @@ class Server:
             raise BadRequest("request body must be a JSON object")
         return body
 
-    def _ids(self, ids, text, field: str = "input_ids") -> list[int]:
+    def _ids(self, ids, text, field: str = "input_ids") -> np.ndarray:
+        """The prompt as a checked int32 array (what the engine process is sent)."""
         if ids is None:
             if text is None:
                 raise BadRequest(f"one of {field} or text is required")
@@ -129,15 +131,21 @@ class Server:
             raise BadRequest(f"{field} must be a flat list of integers")
         if not ids:
             raise BadRequest(f"{field} must not be empty")
-        # C-level passes (type set, min, max): a per-token Python loop costs ~0.1 ms for a 656-token
-        # prompt, and 256 requests arriving at once queue behind it (the admission ramp)
+        # C-level passes only (type set, one array conversion, min/max on the array): a per-token
+        # Python loop costs ~0.1 ms for a 656-token prompt, and 256 requests arriving at once queue
+        # behind it (the admission ramp); min/max over the list cost 0.5 ms at 16K tokens, the array
+        # conversion the engine process needs anyway ~0.4 ms, so checking the array is ~free
         if set(map(type, ids)) != {int}:  # exact int: bool and float are rejected
             raise BadRequest(f"{field} must contain integers only")
-        lo, hi = min(ids), max(ids)
+        try:
+            arr = np.fromiter(ids, dtype=np.int64, count=len(ids))
+        except OverflowError:
+            raise BadRequest(f"{field} holds a token id outside the vocabulary [0, {self.vocab})") from None
+        lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= self.vocab:
             bad = lo if lo < 0 else hi
             raise BadRequest(f"token id {bad} is outside the vocabulary [0, {self.vocab})")
-        return ids
+        return arr.astype(np.int32)
 
     def _parse_generate(self, body: dict) -> GenerateRequest:
         ids = self._ids(body.get("input_ids"), body.get("text"))
@@ -275,8 +283,8 @@ class Server:
         try:
             body = await self._json(request)
             prompt = body.get("prompt")
-            if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool)
-                                                             for t in prompt):
+            # token ids, or text (a string, or a list of one): _ids checks every id in C passes
+            if isinstance(prompt, list) and prompt and not isinstance(prompt[0], str):
                 ids = self._ids(prompt, None, "prompt")
             else:
                 ids = self._ids(None, prompt, "prompt")

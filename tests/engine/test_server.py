@@ -12,6 +12,7 @@ import threading
 import time
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp import web
 from engine_testutil import tiny_config
@@ -213,6 +214,8 @@ BAD = [
     (json.dumps({"input_ids": []}).encode(), "must not be empty"),
     (json.dumps({"input_ids": [1, 99999]}).encode(), "outside the vocabulary"),
     (json.dumps({"input_ids": [1, -3]}).encode(), "outside the vocabulary"),
+    (json.dumps({"input_ids": [1, 2**70]}).encode(), "outside the vocabulary"),  # past int64
+    (json.dumps({"input_ids": [[1, 2]]}).encode(), "flat list"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 0}}).encode(), "max_new_tokens"),
     (json.dumps({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": -5}}).encode(), "max_new_tokens"),
     (json.dumps({"input_ids": "abc"}).encode(), "list of integers"),
@@ -228,6 +231,20 @@ BAD = [
     (json.dumps({"input_ids": [1, 2], "shared_prefix_len": 9}).encode(), "shared_prefix_len"),
     (json.dumps({}).encode(), "required"),
 ]
+
+
+def test_prompt_ids_reach_the_engine_as_checked_int32_arrays():
+    """The HTTP side hands the engine the int32 array it checked (one conversion per prompt)."""
+    from granikv.server.app import Server
+    from granikv.server.text import TextCodec
+
+    class Info:
+        info = {"vocab_size": 256, "max_context": 64, "model": "tiny", "device_type": "cpu"}
+
+    s = Server(Info(), TextCodec(None))
+    g = s._parse_generate({"input_ids": [0, 7, 255], "sampling_params": {"max_new_tokens": 3}})
+    assert g.input_ids.dtype == np.int32 and g.input_ids.tolist() == [0, 7, 255]
+    assert s._ids(None, "hi").tolist() == [104, 105]  # text: the UTF-8 fallback codec
 
 
 @pytest.mark.parametrize("stream", [False, True])
