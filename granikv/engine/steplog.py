@@ -20,18 +20,27 @@ class PhaseLog:
     total_s: float = 0.0
     tokens: int = 0
     recent: deque = field(default_factory=lambda: deque(maxlen=256))  # (tokens, requests, ms)
+    # steps and seconds by the step's request count, rounded up to a power of two: where a run's
+    # time goes over the whole run (`recent` keeps only its end), e.g. how much of the decode
+    # total the draining tail of small batches takes
+    by_batch: dict = field(default_factory=dict)
 
     def add(self, tokens: int, reqs: int, seconds: float) -> None:
         self.count += 1
         self.total_s += seconds
         self.tokens += tokens
         self.recent.append((tokens, reqs, round(seconds * 1e3, 3)))
+        bucket = 1 << max(reqs - 1, 0).bit_length()
+        n_s = self.by_batch.setdefault(bucket, [0, 0.0])
+        n_s[0] += 1
+        n_s[1] += seconds
 
     def summary(self, keep: int) -> dict:
         ms = [r[2] for r in self.recent]
         out = {"count": self.count, "total_s": round(self.total_s, 4), "tokens": self.tokens,
                "recent_median_ms": statistics.median(ms) if ms else None,
-               "recent_max_ms": max(ms) if ms else None}
+               "recent_max_ms": max(ms) if ms else None,
+               "by_batch": {str(b): [n, round(t, 4)] for b, (n, t) in sorted(self.by_batch.items())}}
         if keep:
             out["recent"] = [list(r) for r in list(self.recent)[-keep:]]
         return out

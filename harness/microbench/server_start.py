@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     print("median: " + "  ".join(f"{k} {v}" for k, v in median.items()))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"env": env(), "config": vars(args), "runs": runs, "median": median}, indent=1) + "\n")
+    out.write_text(json.dumps({"env": env(), "config": vars(args), "records": runs, "median": median}, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
 

@@ -22,7 +22,7 @@ def test_server_start_records_ready_time_and_the_servers_split(tmp_path):
     out = tmp_path / "ss.json"
     assert server_start.main(["--runs", "1", "--extra", "--kernel-impl torch", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    run = doc["runs"][0]
+    run = doc["records"][0]
     assert run["ready_s"] > 0
     assert {"build_s", "capture_s", "engine_s", "process_s"} <= set(run)
     assert run["process_s"] <= run["ready_s"]  # spawn-to-ready lies inside launch-to-ready
