@@ -60,9 +60,13 @@ def _flatten(prefix: str, obj: Any, out: dict[str, Any]) -> None:
         for k, v in obj.items():
             _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
     elif isinstance(obj, list):
-        out[prefix] = tuple(obj)  # hashable, so cells can be grouped on it
+        out[prefix] = _frozen(obj)  # hashable, so cells can be grouped on it
     else:
         out[prefix] = obj
+
+
+def _frozen(obj: list) -> tuple:
+    return tuple(_frozen(v) if isinstance(v, list) else v for v in obj)
 
 
 def _is_number(v: Any) -> bool:

@@ -27,7 +27,9 @@ import signal
 import threading
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -60,9 +62,38 @@ class LoopClock:
     step_s: float = 0.0
     steps: int = 0
     send_s: float = 0.0
+    # Where the idle time falls in the measured run: each idle wait of >= GAP_MIN_S as
+    # [seconds since the run's first request, seconds idle, requests added before it]. A run
+    # starts at the first add after a cache flush (a cell flushes after its warm-up); the last
+    # MAX_GAPS are kept.
+    gaps: deque = field(default_factory=lambda: deque(maxlen=LoopClock.MAX_GAPS))
+    run_t0: float | None = None
+    run_adds: int = 0
+
+    GAP_MIN_S: ClassVar[float] = 0.005
+    MAX_GAPS: ClassVar[int] = 64
+
+    def flushed(self) -> None:
+        self.run_t0, self.run_adds = None, 0
+        self.gaps.clear()
+
+    def added(self, now: float, seconds: float) -> None:
+        self.add_s += seconds
+        self.adds += 1
+        if self.run_t0 is None:
+            self.run_t0 = now
+        self.run_adds += 1
+
+    def idled(self, start: float, seconds: float) -> None:
+        self.idle_s += seconds
+        if self.run_t0 is not None and seconds >= self.GAP_MIN_S:
+            self.gaps.append([round(start - self.run_t0, 4), round(seconds, 4), self.run_adds])
 
     def as_dict(self) -> dict:
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        out = {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()
+               if k not in ("gaps", "run_t0", "run_adds")}
+        out["run_idle_gaps"] = [list(g) for g in self.gaps]
+        return out
 
 
 def _items(outs) -> list[tuple]:
@@ -126,8 +157,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
                 engine.add_request(ids, params, rid=rid, shared_prefix_len=hint)
             except ValueError as e:
                 msgs.send(("out", [(rid, None, True, "error", 0, 0, 0, str(e))]))
-            clock.add_s += perf() - t0
-            clock.adds += 1
+            clock.added(t0, perf() - t0)
             return True
         if kind == "abort":
             engine.abort(cmd[1])
@@ -136,6 +166,8 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
             try:
                 if name == "flush":
                     value = engine.flush_cache()
+                    if value:
+                        clock.flushed()
                 elif name == "stats":
                     value = {**engine.stats(), "loop": clock.as_dict(), "startup": startup}
                 elif name == "profile":
@@ -159,7 +191,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
                     first = [inbox.get(timeout=0.5)]  # idle: wait for a command
                 except queue.Empty:
                     first = []
-                clock.idle_s += perf() - t0
+                clock.idled(t0, perf() - t0)
                 for cmd in first:
                     running = handle(cmd)
             while running:  # everything that arrived during the last step

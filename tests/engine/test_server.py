@@ -611,3 +611,28 @@ def test_a_burst_of_long_prompts_reaches_the_engine_process_while_it_steps():
     added = stats["added_at"]
     assert len(added) == 8
     assert max(added) - min(added) < 0.5  # one per 200 ms step would be >= 1.4 s
+
+
+def test_loop_clock_places_idle_gaps_in_the_measured_run():
+    """The engine process's idle waits inside a run (after a flush, from its first request on)
+    are kept with their offset and the requests added before them; shorter waits, and waits
+    before the run's first request, are only summed."""
+    from granikv.server.proc import LoopClock
+
+    c = LoopClock()
+    c.idled(0.0, 1.0)  # before any request: server start, warm-up wait
+    c.added(10.0, 0.001)
+    c.idled(10.5, 0.2)  # a warm-up gap
+    assert c.flushed() is None and not c.gaps
+    c.idled(11.0, 0.3)  # after the flush, before the run's first request
+    c.added(12.0, 0.001)
+    c.added(12.1, 0.001)
+    c.idled(13.0, 0.001)  # too short to keep
+    c.idled(14.0, 0.25)
+    d = c.as_dict()
+    assert d["run_idle_gaps"] == [[2.0, 0.25, 2]]
+    assert d["adds"] == 3 and abs(d["idle_s"] - 1.751) < 1e-3
+    json.dumps(d)  # /server_info serves it as JSON
+    for i in range(LoopClock.MAX_GAPS + 5):
+        c.idled(20.0 + i, 0.01)
+    assert len(c.as_dict()["run_idle_gaps"]) == LoopClock.MAX_GAPS
