@@ -67,14 +67,15 @@ def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25, grap
     return Timing(med, p20, p80, graphed)
 
 
-def write_result(out: str | Path, config: dict, records: list[dict]) -> Path:
-    """Write a microbenchmark's result file: {"env", "config", "records"} (what
-    harness.results loads); returns its path."""
+def write_result(out: str | Path, config: dict, records: list[dict], env: dict | None = None, **extra) -> Path:
+    """Write a microbenchmark's result file: {"env", "config", "records", **extra} (what
+    harness.results loads; `env` defaults to `env_info()`); returns its path."""
     import json
 
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"env": env_info(), "config": config, "records": records}, indent=1) + "\n")
+    doc = {"env": env_info() if env is None else env, "config": config, "records": records, **extra}
+    path.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {path}")
     return path
 

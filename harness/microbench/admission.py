@@ -37,6 +37,7 @@ import numpy as np
 from granikv.config import EngineConfig
 from granikv.engine.engine import Engine
 from granikv.engine.request import Request, SamplingParams
+from harness.microbench._timing import write_result
 from harness.microbench.storage import env
 
 SYSTEMS = ("paged", "cascade", "granikv")
@@ -140,13 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                       + " ".join(f"{rec[p + '_us']:11.1f}" for p in PHASES)
                       + f"  ({form}; unpickle {rec['unpickle_us']:.1f} µs)", flush=True)
     if args.out:
-        import json
-        from pathlib import Path
-
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({"env": env(), "config": vars(args), "records": records}, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_result(args.out, vars(args), records, env=env())
     return 0
 
 

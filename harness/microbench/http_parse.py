@@ -20,12 +20,12 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
 from granikv.server.app import Server
 from granikv.server.text import TextCodec
+from harness.microbench._timing import write_result
 from harness.microbench.storage import env
 
 VOCAB = 128256
@@ -73,10 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         records.append(rec)
         print(f"Lp={lp:6d}: json {rec['json_us']:8.1f} µs  validate {rec['validate_us']:8.1f} µs  "
               f"to_array {rec['to_array_us']:7.1f} µs  total {rec['total_us']:8.1f} µs", flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"env": env(), "config": vars(args), "records": records}, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_result(args.out, vars(args), records, env=env())
     return 0
 
 

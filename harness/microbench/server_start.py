@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from pathlib import Path
 
+from harness.microbench._timing import write_result
 from harness.microbench.storage import env
 
 
@@ -77,10 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = sorted({k for r in runs for k in r if isinstance(r[k], (int, float))})
     median = {k: round(statistics.median(r[k] for r in runs if k in r), 3) for k in keys}
     print("median: " + "  ".join(f"{k} {v}" for k, v in median.items()))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"env": env(), "config": vars(args), "records": runs, "median": median}, indent=1) + "\n")
-    print(f"wrote {out}")
+    write_result(args.out, vars(args), runs, env=env(), median=median)
     return 0
 
 
