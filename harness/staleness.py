@@ -170,29 +170,6 @@ def _point_labels(points: Mapping[tuple, Sequence[CellAudit]]) -> dict[tuple, st
                           if i in varies[key[0]] and key[1 + i]) for key in points}
 
 
-@dataclass(frozen=True)
-class SweepStaleness:
-    """What a rendered table says about the cells behind it (`harness.tables`)."""
-
-    cells: int
-    stale: int
-    points: tuple[str, ...]  # "lp=512 batch=8" (", rep N" past rep 0) of each point with a stale cell
-
-
-def sweep_staleness(audits: Sequence[CellAudit]) -> dict[str, SweepStaleness]:
-    """Per sweep: how many of its cells are stale, and which points they belong to."""
-    points = _points(audits)
-    labels = _point_labels(points)
-    out: dict[str, SweepStaleness] = {}
-    for sweep in sorted({a.sweep for a in audits}):
-        keys = sorted(k for k in points if k[0] == sweep)
-        group = [a for k in keys for a in points[k]]
-        names = tuple(labels[k] + (f" rep {k[-1]}" if k[-1] not in ("", "0") else "")
-                      for k in keys if any(a.stale for a in points[k]))
-        out[sweep] = SweepStaleness(cells=len(group), stale=sum(a.stale for a in group), points=names)
-    return out
-
-
 def _cell_labels(group: Sequence[CellAudit]) -> list[str]:
     """Each cell of a point as its variant, plus the CELL_KEYS that vary among its granikv cells."""
     gk = [a for a in group if a.system.startswith("granikv")]
