@@ -54,12 +54,26 @@ ROOT = Path(__file__).resolve().parent.parent
 GRANIKV_KNOBS = ("hot_fraction", "cold_page_size")
 
 
+# what every cell line names, so a fragment (session 13 ran a line holding only the server
+# options, appended to an empty `lines` output, as a default granikv cell) is refused up front
+REQUIRED_KEYS = ("model", "system", "sweep")
+
+
 def read_cells(path: Path) -> list[list[str]]:
+    """A cell list: one cell's Hydra overrides per line, `#` comments. Every line must name
+    REQUIRED_KEYS — a line that does not is an error (with its line number), not a default cell."""
     cells = []
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(path.read_text().splitlines(), 1):
         line = line.split("#", 1)[0].strip()
-        if line:
-            cells.append(shlex.split(line))
+        if not line:
+            continue
+        ov = shlex.split(line)
+        keys = {o.split("=", 1)[0] for o in ov}
+        missing = [k for k in REQUIRED_KEYS if k not in keys]
+        if missing:
+            raise ValueError(f"{path}:{n}: a cell line must name {', '.join(k + '=' for k in missing)}"
+                             f" (got {line[:80]!r})")
+        cells.append(ov)
     return cells
 
 
@@ -174,21 +188,28 @@ def supersede(cells: list[list[str]], into: Path, results_root: Path,
         src = results_root / result_path(cfg).relative_to(Path(cfg.results_dir))
         if not src.exists():
             continue
-        dst = into / src.name
+        dst = history_path(into, src)
         if dst.exists():
             raise FileExistsError(f"{dst} exists: pick another history folder")
         moves.append((src, dst))
     if dry_run:
         return moves
-    into.mkdir(parents=True, exist_ok=True)
     for src, dst in moves:
         tracked = _move_into_history(src, dst)
         print(f"{src} -> {dst}{' (git mv)' if tracked else ''}", flush=True)
     return moves
 
 
+def history_path(into: Path, result: Path) -> Path:
+    """Where a superseded result file goes: `into/<sweep>/<cell>.json`. The sweep folder stays
+    because two sweeps can hold cells of one name (Table 18's and Table 24's default granikv
+    cell are both `granikv-...-lp8192-b256-k1-r0.json`), so one call may replace both."""
+    return into / result.parent.name / result.name
+
+
 def _move_into_history(src: Path, dst: Path) -> bool:
     """Move a superseded result file (git mv when tracked, so history keeps it); True if tracked."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
     tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
                              capture_output=True).returncode == 0
     if tracked:
@@ -219,19 +240,14 @@ def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -
         replaced, new = [], []
         for _m, dst in members:
             if dst.exists():
-                hist = into / dst.name
+                hist = history_path(into, dst)
                 if hist.exists():
                     raise FileExistsError(f"{hist} exists: pick another history folder")
                 replaced.append((dst, hist))
             else:
                 new.append(dst)
-        names = [h.name for _, h in replaced]
-        if len(set(names)) != len(names):
-            raise FileExistsError(f"two replaced files share a name in {into}: pick a folder per sweep")
         if dry_run:
             return {"replaced": replaced, "new": new}
-        if replaced:
-            into.mkdir(parents=True, exist_ok=True)
         for src, dst in replaced:
             _move_into_history(src, dst)
         for m, dst in members:
@@ -384,9 +400,16 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
         return 0
     if args.cmd == "lines":
-        print("\n".join(sweep_lines(args.sweep, args.profile, args.where, args.missing, args.stale)))
+        found = sweep_lines(args.sweep, args.profile, args.where, args.missing, args.stale)
+        if found:  # no empty line for an empty selection: `... | sed 's/$/ opts/'` would make it a cell
+            print("\n".join(found))
+        print(f"{args.sweep}: {len(found)} cell lines", file=sys.stderr)
         return 0
-    cells = read_cells(args.cells)
+    try:
+        cells = read_cells(args.cells)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.cmd == "prepare":
         prepare(cells, args.carry)
         return 0

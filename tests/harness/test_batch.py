@@ -9,8 +9,29 @@ from harness import batch
 
 def test_read_cells_skips_comments_and_blank_lines(tmp_path):
     f = tmp_path / "cells.txt"
-    f.write_text("# head\n\nsystem=paged lp=512  # trailing\n  system=granikv 'lp=1024'\n")
-    assert batch.read_cells(f) == [["system=paged", "lp=512"], ["system=granikv", "lp=1024"]]
+    f.write_text("# head\n\nmodel=tiny sweep=t9 system=paged lp=512  # trailing\n"
+                 "  model=tiny sweep=t9 system=granikv 'lp=1024'\n")
+    assert batch.read_cells(f) == [["model=tiny", "sweep=t9", "system=paged", "lp=512"],
+                                   ["model=tiny", "sweep=t9", "system=granikv", "lp=1024"]]
+
+
+def test_read_cells_refuses_a_fragment_line_instead_of_running_a_default_cell(tmp_path):
+    f = tmp_path / "cells.txt"
+    f.write_text("model=tiny sweep=t9 system=paged lp=512\n server.ready_timeout_s=300\n")
+    with pytest.raises(ValueError, match=r"cells.txt:2: .*model=, system=, sweep="):
+        batch.read_cells(f)
+    assert batch.main(["run", str(f)]) == 2  # before any cell runs
+
+
+def test_every_committed_cell_list_parses():
+    for f in sorted((batch.ROOT / "scripts" / "gpu-batches").glob("*.txt")):
+        assert batch.read_cells(f), f
+
+
+def test_lines_prints_no_empty_line_for_an_empty_selection(capsys):
+    assert batch.main(["lines", "table18", "--where", "lp=1"]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and "0 cell lines" in out.err
 
 
 def test_prepare_then_unpack_gives_the_same_workload_bytes(tmp_path):
@@ -86,11 +107,12 @@ def test_supersede_moves_the_result_files_a_list_would_overwrite(tmp_path):
     old.parent.mkdir(parents=True)
     old.write_text('{"old": true}')
     into = res / "h200" / "history" / "why"
-    assert batch.supersede(cells, into, res, dry_run=True) == [(old, into / old.name)]
+    hist = into / "table9" / old.name
+    assert batch.supersede(cells, into, res, dry_run=True) == [(old, hist)]
     assert old.exists()  # a dry run moves nothing
     moves = batch.supersede(cells, into, res)
-    assert moves == [(old, into / old.name)] and not old.exists()  # the granikv cell had no file
-    assert (into / old.name).read_text() == '{"old": true}'
+    assert moves == [(old, hist)] and not old.exists()  # the granikv cell had no file
+    assert hist.read_text() == '{"old": true}'
     old.write_text("{}")
     with pytest.raises(FileExistsError):  # never overwrite an earlier superseded file
         batch.supersede(cells, into, res)
@@ -120,18 +142,35 @@ def test_land_moves_only_the_files_a_call_replaced_then_extracts(tmp_path):
                                               "results/h200/table6/cascade-r0.json": b"fresh",
                                               "batch-logs/cell00.log": b"log"})
     into = res / "h200" / "history" / "why"
+    hist = into / "table9" / "paged-r0.json"
     plan = batch.land(tb, into, res, dry_run=True)
-    assert plan == {"replaced": [(old, into / "paged-r0.json")], "new": [res / "h200" / "table6" / "cascade-r0.json"]}
+    assert plan == {"replaced": [(old, hist)], "new": [res / "h200" / "table6" / "cascade-r0.json"]}
     assert old.read_text() == "old" and not into.exists()  # a dry run changes nothing
     batch.land(tb, into, res)
-    assert (into / "paged-r0.json").read_text() == "old" and old.read_text() == "new"
+    assert hist.read_text() == "old" and old.read_text() == "new"
     assert (res / "h200" / "table6" / "cascade-r0.json").read_text() == "fresh"
-    assert kept.read_text() == "kept" and not (into / "granikv-r0.json").exists()
+    assert kept.read_text() == "kept" and not (into / "table9" / "granikv-r0.json").exists()
     assert not (res / "batch-logs").exists() and not list(res.rglob("*.landing"))
     # landing again into the same folder would overwrite a history file: refused, nothing moves
     with pytest.raises(FileExistsError):
         batch.land(tb, into, res)
-    assert old.read_text() == "new" and (into / "paged-r0.json").read_text() == "old"
+    assert old.read_text() == "new" and hist.read_text() == "old"
+
+
+def test_land_keeps_two_sweeps_cells_of_one_name_apart_in_history(tmp_path):
+    # Table 18's and Table 24's default granikv cells share a file name; one call re-measures both
+    res = tmp_path / "results"
+    name = "granikv-llama-3.1-8b-tp1-burst-lp8192-b256-k1-r0.json"
+    for sweep in ("table18", "table24"):
+        (res / "h200" / sweep).mkdir(parents=True)
+        (res / "h200" / sweep / name).write_text(f"old {sweep}")
+    tb = _tarball(tmp_path / "call.tar.gz", {f"results/h200/{sw}/{name}": f"new {sw}".encode()
+                                             for sw in ("table18", "table24")})
+    into = res / "h200" / "history" / "why"
+    batch.land(tb, into, res)
+    for sweep in ("table18", "table24"):
+        assert (into / sweep / name).read_text() == f"old {sweep}"
+        assert (res / "h200" / sweep / name).read_text() == f"new {sweep}"
 
 
 @pytest.mark.parametrize("name", ["results/../escape.json", "/results/abs.json"])
