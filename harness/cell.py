@@ -343,6 +343,8 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
         out["graphs"] = info["graphs"]
     if isinstance(info.get("startup"), Mapping):  # where the server's start-up went (engine build, captures)
         out["startup"] = info["startup"]
+    if isinstance(info.get("server"), Mapping):  # the HTTP process: CPU seconds, chunks streamed
+        out.update({f"server_{k}": v for k, v in info["server"].items()})
     if isinstance(info.get("loop"), Mapping):  # the engine process's loop clock (granikv.server.proc)
         out.update({f"loop_{k}": v for k, v in info["loop"].items()})
     for key in ("running", "waiting"):
@@ -540,7 +542,8 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         "env": environment(started_at),
         "run": {"dir": str(run_dir), "server_log": str(spec.log_path), "argv": list(spec.argv),
                 "ready_s": ready_s, "wall_s": wall_s, "errors": result.errors(),
-                "flush_status": result.flush_status, "max_in_flight": result.max_in_flight},
+                "flush_status": result.flush_status, "max_in_flight": result.max_in_flight,
+                "client_cpu_s": result.client_cpu_s},
     }
     if cfg.profile:
         doc["profile"] = profile if cfg.system.kind == "engine" else {

@@ -83,6 +83,9 @@ class BenchmarkResult:
     flush_status: int | None = None
     max_in_flight: int = 0
     config: ClientConfig = field(default_factory=ClientConfig)
+    # this process's CPU seconds over the measured run: near duration_s, the client was the
+    # bottleneck (one asyncio loop reads every chunk; harness/microbench/client_stream.py)
+    client_cpu_s: float | None = None
 
     def errors(self) -> dict[str, int]:
         """Failure reasons of the measured requests, with counts."""
@@ -100,6 +103,7 @@ class BenchmarkResult:
             "errors": self.errors(),
             "flush_status": self.flush_status,
             "max_in_flight": self.max_in_flight,
+            "client_cpu_s": self.client_cpu_s,
             "event_loop": aio.event_loop_name(),  # the client's and (same host, same env) the server's
             "warmup": [asdict(r) for r in self.warmup],
         }
@@ -254,12 +258,14 @@ async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientC
             return rec
 
         t0 = time.perf_counter()
+        cpu0 = time.process_time()
         try:
             records = list(await asyncio.gather(
                 *(one(r, t0 + r.arrival_offset(cfg.rate)) for r in requests)
             ))
         finally:
             bar.close()
+        client_cpu_s = time.process_time() - cpu0
 
     return BenchmarkResult(
         metrics=compute_metrics(records),
@@ -268,6 +274,7 @@ async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientC
         flush_status=flush_status,
         max_in_flight=max_in_flight,
         config=cfg,
+        client_cpu_s=client_cpu_s,
     )
 
 

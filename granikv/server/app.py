@@ -104,6 +104,7 @@ class Server:
         self.max_context = loop.info["max_context"]
         self.model = loop.info["model"]
         self.started = time.time()
+        self.chunks_sent = 0  # streamed events written, for /server_info's "server" section
 
     # -- validation -----------------------------------------------------------------------------
     async def _json(self, request: web.Request) -> dict:
@@ -170,9 +171,13 @@ class Server:
 
     async def server_info(self, request: web.Request) -> web.Response:
         try:
-            return web.json_response(await self.loop.stats())
+            stats = await self.loop.stats()
         except Exception as e:  # noqa: BLE001 - the engine process failed
             return web.json_response({"error": f"{type(e).__name__}: {e}"}, status=503)
+        # this (HTTP) process's own CPU time: with the client's, it says which side of the
+        # stream was busy when a run lasts longer than the engine's work
+        stats["server"] = {"cpu_s": time.process_time(), "chunks_sent": self.chunks_sent}
+        return web.json_response(stats)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         ok = await self.loop.flush()
@@ -260,9 +265,8 @@ class Server:
                     text = text + self.codec.decode(new) if self.codec.incremental else self.codec.decode(out)
                     ids_json += ("," if ids_json and new else "") + ",".join(map(str, new))
                 if resp is not None:
-                    chunk = (f'data: {{"text": {json.dumps(text)}, "output_ids": [{ids_json}], '
-                             f'"meta_info": {json.dumps(self._meta(g, ev, len(out)))}}}\n\n')
-                    await resp.write(chunk.encode())
+                    await resp.write(sse_chunk(text, ids_json, self._meta(g, ev, len(out))))
+                    self.chunks_sent += 1
                 if ev.finished:
                     break
             if resp is None:
@@ -340,6 +344,13 @@ class Server:
         except BaseException:
             self.loop.abort(rid)
             raise
+
+
+def sse_chunk(text: str, ids_json: str, meta: dict) -> bytes:
+    """One streamed /generate event, SGLang's shape: text, output ids (`ids_json` is the list's
+    serialized body), then `meta_info` last — the client reads only that tail of each chunk."""
+    return (f'data: {{"text": {json.dumps(text)}, "output_ids": [{ids_json}], '
+            f'"meta_info": {json.dumps(meta)}}}\n\n').encode()
 
 
 def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False) -> web.Application:

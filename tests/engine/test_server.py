@@ -304,6 +304,7 @@ def test_health_info_flush(server):
     assert h == 200 and f == 200
     assert info["config"]["system"] == "granikv"
     assert "dense_steps" in info["attention"]
+    assert info["server"]["cpu_s"] > 0 and info["server"]["chunks_sent"] >= 0
 
 
 def test_cli_help_lists_every_config_field():

@@ -48,7 +48,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 def build_app(args: argparse.Namespace) -> web.Application:
     counters = {"decode_steps": 0, "dense_steps": 0, "cascade_steps": 0, "paged_steps": 0}
-    state = {"flushes": 0, "requests": 0, "active": 0}
+    state = {"flushes": 0, "requests": 0, "active": 0, "chunks": 0}
     stall = os.environ.get("FAKE_STALL") == "1"  # accept requests, never step (a dead engine thread)
 
     async def health(_: web.Request) -> web.Response:
@@ -59,6 +59,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
                                   "retractions": 0, "hot_admits": 1 if args.system == "granikv" else 0,
                                   "hot_fallbacks": 0, "storage": {"fake": True}, "running": state["active"],
                                   "waiting": 0, "steps": {"decode": counters["decode_steps"]},
+                                  "server": {"cpu_s": time.process_time(), "chunks_sent": state["chunks"]},
                                   "fake": {"flushes": state["flushes"], "requests": state["requests"]}})
 
     async def flush(_: web.Request) -> web.Response:
@@ -84,6 +85,7 @@ def build_app(args: argparse.Namespace) -> web.Application:
             event = {"text": "x" * i, "output_ids": [7] * i,
                      "meta_info": {"prompt_tokens": prompt, "completion_tokens": i, "cached_tokens": 0}}
             await resp.write(f"data: {json.dumps(event)}\n\n".encode())
+            state["chunks"] += 1
         state["active"] -= 1
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()

@@ -71,6 +71,11 @@ def test_cell_writes_a_valid_result_file(measured):
     for key in ("gpu", "gpu_count", "torch", "triton", "python", "git_sha", "started_at"):
         assert key in env
     assert doc["run"]["flush_status"] == 200
+    # which side of the stream was busy: the client's CPU over the run, the HTTP process's CPU
+    # and chunk count (from /server_info), before and after the warm-up
+    assert doc["run"]["client_cpu_s"] > 0
+    assert doc["engine"]["server_cpu_s"] >= warm["server_cpu_s"] > 0
+    assert doc["engine"]["server_chunks_sent"] - warm["server_chunks_sent"] == 6 * 5
 
 
 def test_run_dir_is_next_to_the_result(measured):
