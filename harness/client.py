@@ -156,41 +156,71 @@ async def send_request(
     return rec
 
 
+_META_KEY = b'"meta_info":'
+
+
+def _chunk(data: bytes) -> dict:
+    """One `data:` event's object. The server (ours and SGLang's) puts `meta_info` last, after the
+    cumulative text and ids, and the client needs only that: parsing just the tail keeps a chunk's
+    cost flat as the output grows (harness/microbench/client_stream.py). The tail is trusted only
+    when it is exactly the object's last value — a nested or quoted `"meta_info":` leaves it
+    unbalanced, so it fails to parse — and no `"error":` key precedes it (inside a JSON string
+    the quotes would be escaped, so text cannot fake either); else: a full parse."""
+    i = data.rfind(_META_KEY)
+    if i > 0 and data.startswith(b'{"text":') and data.endswith(b"}") and b'"error":' not in data[:i]:
+        try:
+            meta = json.loads(data[i + len(_META_KEY):-1])
+        except ValueError:
+            meta = None
+        if isinstance(meta, dict) and meta.get("completion_tokens") is not None:
+            return {"meta_info": meta}
+    obj = json.loads(data)
+    return obj if isinstance(obj, dict) else {}
+
+
 async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
-    """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts."""
+    """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts. Reads
+    whatever bytes arrived (`iter_any`) and splits the lines itself: one await per read, not
+    two per event (the data line and its blank separator)."""
     done = False
     last_completion: int | None = None
     content_chunks = 0
-    async for raw in resp.content:
+    pending = b""
+    async for piece in resp.content.iter_any():
         now = time.perf_counter()
-        line = raw.strip()
-        if not line.startswith(b"data:"):
-            continue  # blank separators, SSE comments/other fields
-        rec.end = now
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            done = True
+        lines = (pending + piece if pending else piece).split(b"\n")
+        pending = lines.pop()  # an unfinished line waits for the next read
+        for raw in lines:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # blank separators, SSE comments/other fields
+            rec.end = now
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                break
+            obj = _chunk(data)
+            if obj.get("error"):
+                rec.error = f"server error in stream: {str(obj['error'])[:300]}"
+                return
+            meta = obj.get("meta_info") or {}
+            completion = meta.get("completion_tokens")
+            if completion is not None:
+                new = int(completion) - (last_completion or 0)
+                last_completion = int(completion)
+            else:
+                has_content = bool(obj.get("text") or obj.get("output_ids"))
+                new = 1 if has_content else 0
+                content_chunks += 1 if has_content else 0
+            if new > 0:
+                rec.chunk_times.append(now - rec.start)
+                rec.chunk_tokens.append(new)
+            if meta.get("prompt_tokens") is not None:
+                rec.prompt_tokens = int(meta["prompt_tokens"])
+            if meta.get("cached_tokens") is not None:
+                rec.cached_tokens = int(meta["cached_tokens"])
+        if done:
             break
-        obj = json.loads(data)
-        if isinstance(obj, dict) and obj.get("error"):
-            rec.error = f"server error in stream: {str(obj['error'])[:300]}"
-            return
-        meta = obj.get("meta_info") or {}
-        has_content = bool(obj.get("text") or obj.get("output_ids"))
-        completion = meta.get("completion_tokens")
-        if completion is not None:
-            new = int(completion) - (last_completion or 0)
-            last_completion = int(completion)
-        else:
-            new = 1 if has_content else 0
-        content_chunks += 1 if has_content else 0
-        if new > 0:
-            rec.chunk_times.append(now - rec.start)
-            rec.chunk_tokens.append(new)
-        if meta.get("prompt_tokens") is not None:
-            rec.prompt_tokens = int(meta["prompt_tokens"])
-        if meta.get("cached_tokens") is not None:
-            rec.cached_tokens = int(meta["cached_tokens"])
     if not done:
         rec.error = "stream ended before [DONE]"
         return
