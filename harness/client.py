@@ -167,7 +167,7 @@ def _chunk(data: bytes) -> dict:
     unbalanced, so it fails to parse — and no `"error":` key precedes it (inside a JSON string
     the quotes would be escaped, so text cannot fake either); else: a full parse."""
     i = data.rfind(_META_KEY)
-    if i > 0 and data.startswith(b'{"text":') and data.endswith(b"}") and b'"error":' not in data[:i]:
+    if i > 0 and data.startswith(b'{"text":') and data.endswith(b"}") and data.find(b'"error":', 0, i) < 0:
         try:
             meta = json.loads(data[i + len(_META_KEY):-1])
         except ValueError:
