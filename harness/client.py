@@ -178,57 +178,80 @@ def _chunk(data: bytes) -> dict:
     return obj if isinstance(obj, dict) else {}
 
 
+class _Events:
+    """One stream's parse state, fed line by line (`data:` events, blank separators, comments)."""
+
+    __slots__ = ("rec", "done", "last_completion", "content_chunks")
+
+    def __init__(self, rec: RequestRecord) -> None:
+        self.rec = rec
+        self.done = False
+        self.last_completion: int | None = None
+        self.content_chunks = 0
+
+    def line(self, raw: bytes, now: float) -> bool:
+        """Take one line received at `now`; True once the stream is over ([DONE], or an error)."""
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            return False  # blank separators, SSE comments/other fields
+        rec = self.rec
+        rec.end = now
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.done = True
+            return True
+        obj = _chunk(data)
+        if obj.get("error"):
+            rec.error = f"server error in stream: {str(obj['error'])[:300]}"
+            return True
+        meta = obj.get("meta_info") or {}
+        completion = meta.get("completion_tokens")
+        if completion is not None:
+            new = int(completion) - (self.last_completion or 0)
+            self.last_completion = int(completion)
+        else:
+            has_content = bool(obj.get("text") or obj.get("output_ids"))
+            new = 1 if has_content else 0
+            self.content_chunks += new
+        if new > 0:
+            rec.chunk_times.append(now - rec.start)
+            rec.chunk_tokens.append(new)
+        if meta.get("prompt_tokens") is not None:
+            rec.prompt_tokens = int(meta["prompt_tokens"])
+        if meta.get("cached_tokens") is not None:
+            rec.cached_tokens = int(meta["cached_tokens"])
+        return False
+
+    def finish(self) -> None:
+        rec = self.rec
+        if rec.error:
+            return
+        if not self.done:
+            rec.error = "stream ended before [DONE]"
+            return
+        rec.output_tokens = self.last_completion if self.last_completion is not None else self.content_chunks
+        if rec.output_tokens < 1 or not rec.chunk_times:
+            rec.error = "no output tokens"
+            return
+        rec.success = True
+
+
 async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
     """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts. Reads
     whatever bytes arrived (`iter_any`) and splits the lines itself: one await per read, not
     two per event (the data line and its blank separator)."""
-    done = False
-    last_completion: int | None = None
-    content_chunks = 0
+    events = _Events(rec)
     pending = b""
     async for piece in resp.content.iter_any():
         now = time.perf_counter()
         lines = (pending + piece if pending else piece).split(b"\n")
         pending = lines.pop()  # an unfinished line waits for the next read
         for raw in lines:
-            line = raw.strip()
-            if not line.startswith(b"data:"):
-                continue  # blank separators, SSE comments/other fields
-            rec.end = now
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                break
-            obj = _chunk(data)
-            if obj.get("error"):
-                rec.error = f"server error in stream: {str(obj['error'])[:300]}"
-                return
-            meta = obj.get("meta_info") or {}
-            completion = meta.get("completion_tokens")
-            if completion is not None:
-                new = int(completion) - (last_completion or 0)
-                last_completion = int(completion)
-            else:
-                has_content = bool(obj.get("text") or obj.get("output_ids"))
-                new = 1 if has_content else 0
-                content_chunks += 1 if has_content else 0
-            if new > 0:
-                rec.chunk_times.append(now - rec.start)
-                rec.chunk_tokens.append(new)
-            if meta.get("prompt_tokens") is not None:
-                rec.prompt_tokens = int(meta["prompt_tokens"])
-            if meta.get("cached_tokens") is not None:
-                rec.cached_tokens = int(meta["cached_tokens"])
-        if done:
-            break
-    if not done:
-        rec.error = "stream ended before [DONE]"
-        return
-    rec.output_tokens = last_completion if last_completion is not None else content_chunks
-    if rec.output_tokens < 1 or not rec.chunk_times:
-        rec.error = "no output tokens"
-        return
-    rec.success = True
+            if events.line(raw, now):
+                return events.finish()
+    if pending:  # the stream's last line, without a newline after it
+        events.line(pending, time.perf_counter())
+    events.finish()
 
 
 def _progress(total: int, cfg: ClientConfig):

@@ -82,6 +82,11 @@ def test_any_cut_of_the_bytes_into_reads_gives_the_same_record(n, cuts, crlf):
     assert (rec.prompt_tokens, rec.cached_tokens) == (7, 3)
 
 
+def test_a_last_line_without_its_newline_still_counts():
+    rec = asyncio.run(_read([_stream(2)[:-2]]))  # "data: [DONE]" with no line end
+    assert rec.success and rec.output_tokens == 2
+
+
 def test_a_stream_without_done_or_with_an_error_is_a_failure():
     rec = asyncio.run(_read([_stream(3, done=False)]))
     assert not rec.success and rec.error == "stream ended before [DONE]"
