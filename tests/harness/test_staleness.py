@@ -51,6 +51,10 @@ def test_scope_matches_system_workload_and_bounds():
     assert not ch.applies({"system": "granikv", "lp": 8192, "k": 1})
     assert not ch.applies({"system": "granikv", "lp": 8192})  # no k: out of a min_k scope
     assert staleness.CodeChange("abc", "t").applies({})  # no scope: every cell
+    upto = staleness.CodeChange("abc", "t", scope={"min_batch": 128, "max_lp": 8192})
+    assert upto.applies({"lp": 8192, "batch": 128}) and upto.applies({"lp": 512, "batch": 512})
+    assert not upto.applies({"lp": 16384, "batch": 256}) and not upto.applies({"lp": 4096, "batch": 32})
+    assert not upto.applies({"lp": "2048_4096", "batch": 256})  # no single Lp: out of a max_lp scope
 
 
 def test_registry_is_checked(tmp_path):
