@@ -988,7 +988,9 @@ def write_tables(results: ResultSet, out_dir: Path | str,
              "Each result file names the commit it was measured at; which later engine changes each "
              "cell predates (what a re-measure at HEAD would change) is in `staleness.md` when it was "
              f"generated here (`python -m harness.staleness --results results/{results.hardware} "
-             f"--out {out.as_posix()}/staleness.md`). The A/B cells of `adhoc/` are in `ab.md`.", "",
+             f"--out {out.as_posix()}/staleness.md`). The A/B cells of `adhoc/` are in `ab.md`; what a "
+             "re-measure changed, old → new, in `remeasure-<why>.md` (`python -m harness.remeasure "
+             f"--history results/{results.hardware}/history/<why>`).", "",
              "| table | caption | ours filled | missing | files |", "|---|---|---|---|---|"]
     stale = stale_cell_paths(results)
     for n in numbers:
