@@ -49,14 +49,28 @@ def _cells(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def run_step_s(doc: dict[str, Any]) -> float | None:
+    """The engine loop's step seconds in the measured run: between the warm-up snapshot and the
+    end (None without a loop clock)."""
+    step, warm = doc.get("engine", {}).get("loop_step_s"), doc.get("engine_after_warmup", {}).get("loop_step_s")
+    return None if step is None or warm is None else float(step) - float(warm)
+
+
 def beyond_engine_s(doc: dict[str, Any]) -> float | None:
     """How much longer the measured run lasted than the engine's steps in it: `duration_s` minus
-    the loop's step seconds between the warm-up snapshot and the end (None without a loop clock)."""
-    step, warm = doc.get("engine", {}).get("loop_step_s"), doc.get("engine_after_warmup", {}).get("loop_step_s")
-    dur = doc.get("metrics", {}).get("duration_s")
-    if step is None or warm is None or dur is None:
-        return None
-    return float(dur) - (float(step) - float(warm))
+    `run_step_s` (None without a loop clock)."""
+    step, dur = run_step_s(doc), doc.get("metrics", {}).get("duration_s")
+    return None if step is None or dur is None else float(dur) - step
+
+
+def write_or_print(text: str, out: str | None) -> None:
+    """A rendered Markdown report: to `out` (folders made) when given, else to stdout."""
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
+        print(f"wrote {out}")
+    else:
+        print(text, end="")
 
 
 def _span(values: list[float], fmt: str = "{:.1f}") -> str:
@@ -136,13 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     results = Path(args.results)
     if not (results / "adhoc").is_dir():
         raise SystemExit(f"{results}/adhoc does not exist: no A/B cells to compare")
-    text = render(compare(results, args.baseline), args.baseline)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+    write_or_print(render(compare(results, args.baseline), args.baseline), args.out)
     return 0
 
 

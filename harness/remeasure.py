@@ -22,13 +22,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.ab import SYSTEMS, beyond_engine_s
-
-
-def _step_s(doc: dict[str, Any]) -> float | None:
-    """The engine loop's step seconds in the measured run (after the warm-up snapshot)."""
-    step, warm = doc.get("engine", {}).get("loop_step_s"), doc.get("engine_after_warmup", {}).get("loop_step_s")
-    return None if step is None or warm is None else float(step) - float(warm)
+from harness.ab import SYSTEMS, beyond_engine_s, run_step_s, write_or_print
 
 
 def _entry(path: Path) -> dict[str, Any] | None:
@@ -47,7 +41,7 @@ def _entry(path: Path) -> dict[str, Any] | None:
     return {"sweep": path.parent.name, "point": head[len(system) + 1:], "label": system + tail,
             "system": system, "knobs": tail.lstrip("-"), "rep": rep,
             "tok_s": doc.get("metrics", {}).get("output_throughput"), "beyond_s": beyond_engine_s(doc),
-            "step_s": _step_s(doc), "git": str(doc.get("env", {}).get("git_sha", ""))[:7]}
+            "step_s": run_step_s(doc), "git": str(doc.get("env", {}).get("git_sha", ""))[:7]}
 
 
 def pairs(history: Path, results: Path) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -136,13 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ps = pairs(history, results)
     if not ps:
         raise SystemExit(f"no file under {history}/<sweep>/ has a namesake under {results}/<sweep>/")
-    text = render(ps, history)
-    if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(text)
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+    write_or_print(render(ps, history), args.out)
     return 0
 
 
