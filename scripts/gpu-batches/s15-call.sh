@@ -1,9 +1,16 @@
 #!/bin/bash
 # nvidia-h200 (one GPU), for session 15: `bash scripts/gpu-batches/s15-call.sh N` runs s15-callN.txt
+# GPU_TESTS=1 first runs the GPU test suite (`-m gpu`, without the two-GPU TP test) into
+# $OUT/gpu-tests.log (~2 min).
 # Land a call's tarball before the next call (which then skips what it measured):
 # `python -m harness.batch land /work/.device/N/callM.tar.gz --into results/h200/history/<why>`.
 source scripts/gpu-batches/device-env.sh
 N=${1:?usage: s15-call.sh N}
 B=${BUDGET_S:-560}
+if [[ ${GPU_TESTS:-0} == 1 ]]; then
+  timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests --ignore tests/engine/test_tp_gpu.py -n 4 \
+      --timeout 150 -rf > "$OUT/gpu-tests.log" 2>&1
+  tail -2 "$OUT/gpu-tests.log"
+fi
 run_list scripts/gpu-batches/s15-call$N.txt call$N $((B - SECONDS))
 rm -f "$OUT/nvidia-smi.txt"
