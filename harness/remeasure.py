@@ -25,7 +25,7 @@ from typing import Any
 from harness.ab import SYSTEMS, beyond_engine_s, run_step_s, write_or_print
 
 
-def _entry(path: Path) -> dict[str, Any] | None:
+def cell_entry(path: Path) -> dict[str, Any] | None:
     """One cell: its point (the file name without system and rep), its label within the point
     (the system, with any knob suffix the file name carries after the rep), and its numbers;
     None for a file that is not a serving cell's (a microbenchmark's, under history/<why>/engine/)."""
@@ -50,7 +50,7 @@ def pairs(history: Path, results: Path) -> list[tuple[dict[str, Any], dict[str, 
     for old_path in sorted(history.glob("*/*.json")):
         new_path = results / old_path.parent.name / old_path.name
         if new_path.is_file():
-            old, new = _entry(old_path), _entry(new_path)
+            old, new = cell_entry(old_path), cell_entry(new_path)
             if old is not None and new is not None:
                 out.append((old, new))
     return out

@@ -990,7 +990,9 @@ def write_tables(results: ResultSet, out_dir: Path | str,
              f"generated here (`python -m harness.staleness --results results/{results.hardware} "
              f"--out {out.as_posix()}/staleness.md`). The A/B cells of `adhoc/` are in `ab.md`; what a "
              "re-measure changed, old → new, in `remeasure-<why>.md` (`python -m harness.remeasure "
-             f"--history results/{results.hardware}/history/<why>`).", "",
+             f"--history results/{results.hardware}/history/<why>`); each point's repetitions side by side "
+             f"(spread, per-run ratios) in `repetitions.md` (`python -m harness.repetitions --results "
+             f"results/{results.hardware} --out {out.as_posix()}/repetitions.md`).", "",
              "| table | caption | ours filled | missing | files |", "|---|---|---|---|---|"]
     stale = stale_cell_paths(results)
     for n in numbers:
