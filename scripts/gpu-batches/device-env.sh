@@ -15,3 +15,11 @@ run_list() {
       --tar "$OUT/$2.tar.gz" > "$OUT/$2.log" 2>&1
   grep -h "rc=\|cell " "$OUT/$2.log" | cut -c1-220
 }
+
+# gpu_tests: the one-GPU test suite (`-m gpu`, without the two-GPU TP file) into
+# $OUT/gpu-tests.log (~1-2 min on an H200), printing its summary line
+gpu_tests() {
+  timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests --ignore tests/engine/test_tp_gpu.py -n 4 \
+      --timeout 150 -rf > "$OUT/gpu-tests.log" 2>&1
+  tail -2 "$OUT/gpu-tests.log"
+}

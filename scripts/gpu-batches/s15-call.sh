@@ -7,10 +7,6 @@
 source scripts/gpu-batches/device-env.sh
 N=${1:?usage: s15-call.sh N}
 B=${BUDGET_S:-560}
-if [[ ${GPU_TESTS:-0} == 1 ]]; then
-  timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests --ignore tests/engine/test_tp_gpu.py -n 4 \
-      --timeout 150 -rf > "$OUT/gpu-tests.log" 2>&1
-  tail -2 "$OUT/gpu-tests.log"
-fi
+[[ ${GPU_TESTS:-0} == 1 ]] && gpu_tests
 run_list scripts/gpu-batches/s15-call$N.txt call$N $((B - SECONDS))
 rm -f "$OUT/nvidia-smi.txt"
