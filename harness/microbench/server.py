@@ -115,6 +115,15 @@ class SimEngine:
         return outs
 
 
+def wave_ramps(times: list[float], batch: int) -> list[float]:
+    """Seconds from the first to the last arrival of each wave after the first (waves of `batch`
+    requests in arrival order). Every request has the same output length, so a wave finishes in
+    one step and the client sends the next wave at once: how long that wave takes to reach the
+    engine is the request path's cost at a wave boundary (Table 20/21's second-wave ramp)."""
+    ts = sorted(times)
+    return [ts[min(i + batch, len(ts)) - 1] - ts[i] for i in range(batch, len(ts), batch)]
+
+
 def arrival_quantile(times: list[float], q: float) -> float:
     """The q-quantile (nearest rank) of arrival times, measured from the first arrival."""
     ts = sorted(times)
@@ -207,6 +216,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
             "median_ttft_ms": m.get("median_ttft_ms"), "p99_ttft_ms": m.get("p99_ttft_ms"),
             "prompt_len": prompt_len, "warmup": warmup, "prefill_ms": prefill_ms,
             "admission_ramp_s": timed[-1] - timed[0], "completed": m["completed"],
+            "wave_ramps_s": wave_ramps(timed, batch),
             "backlog": backlog,
             # when the timed requests reached the engine, from the first one (s)
             "arrival_quantiles_s": {str(q): arrival_quantile(timed, q) for q in (0.5, 0.75, 0.9, 1.0)}}
@@ -267,7 +277,8 @@ def main(argv=None) -> int:
                           f"tok/s of {r['engine_rate']:8.0f} = {r['ratio']:.3f}  (TPOT p50 "
                           f"{r['median_tpot_ms']:.1f} ms, TTFT p50 {r['median_ttft_ms']:.0f} ms, admission "
                           f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms, p90 arrival "
-                          f"{r['arrival_quantiles_s']['0.9'] * 1e3:.0f} ms, backlog {r['backlog']})", flush=True)
+                          f"{r['arrival_quantiles_s']['0.9'] * 1e3:.0f} ms, later waves' ramps "
+                          f"{[round(x * 1e3) for x in r['wave_ramps_s']]} ms, backlog {r['backlog']})", flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"env": env_info(), "config": vars(args), "records": recs}, indent=1))

@@ -45,6 +45,18 @@ def test_arrival_quantiles_are_measured_from_the_first_arrival():
     assert S.arrival_quantile(times, 1.0) == pytest.approx(0.99)
 
 
+def test_wave_ramps_are_each_later_waves_spread_in_arrival_order():
+    # two waves of 3: the first arrives at once, the second over 0.4 s; a partial third wave of 1
+    times = [5.0, 5.0, 5.0, 6.0, 6.1, 6.4, 9.0][::-1]
+    assert S.wave_ramps(times, 3) == pytest.approx([0.4, 0.0])
+    assert S.wave_ramps(times[:3], 3) == []  # one wave: no later wave
+
+
+def test_a_two_wave_run_records_the_second_waves_ramp():
+    r = S.measure(4, 2.0, 8, 6, host_ms=0.5, port=_free_port(), mode="thread", streaming="incremental")
+    assert len(r["wave_ramps_s"]) == 1 and 0.0 <= r["wave_ramps_s"][0] < r["duration_s"]
+
+
 def test_backlog_is_recorded_and_a_small_one_still_serves_everyone():
     from granikv.server.app import LISTEN_BACKLOG
 
