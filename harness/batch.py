@@ -47,6 +47,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
+from typing import IO
 
 ROOT = Path(__file__).resolve().parent.parent
 # granikv's own knobs (HOT share, COLD page size): a point's granikv cells may set them (Tables 18,
@@ -272,6 +273,33 @@ def unpack(carry: Path, workloads: Path) -> None:
             os.replace(tmp, dst)
 
 
+STOP_GRACE_S = 40.0  # the server's stop_grace_s (30 s) and the cell's own unwinding
+
+
+def run_until(cmd: list[str], log: IO[str], timeout_s: float, grace_s: float = STOP_GRACE_S) -> int | str:
+    """Run `cmd` into `log`; past `timeout_s`, SIGTERM it and SIGKILL it only after `grace_s`.
+
+    Why not subprocess.run(timeout=...): that SIGKILLs the cell at once, so harness.cell never
+    reaches launch()'s finally, and its server — started in a session of its own so that it and
+    its TP workers can be signalled as one group — lives on, holding most of the GPU's memory
+    (the engine sizes its KV pool from the memory it finds free). Every later cell of the call
+    then measures a smaller engine next to an idle one, or fails to start. SIGTERM is what
+    harness.cell turns into SystemExit, which stops the server. Returns the exit code, or
+    "timeout" when the deadline passed."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return "timeout"
+
+
 def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -> list[dict]:
     """Run the cells in order; a cell is started only while more than `reserve_s` of the budget
     is left (a Lp=16K B=256 cell takes about a minute on an H200)."""
@@ -293,11 +321,7 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -
         t = time.monotonic()
         cmd = [sys.executable, "-m", "harness.cell", *ov]
         with log.open("w") as f:
-            try:
-                rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                                    timeout=max(30.0, left - 5)).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
+            rc = run_until(cmd, f, timeout_s=max(30.0, left - 5 - STOP_GRACE_S), grace_s=STOP_GRACE_S)
         tail = log.read_text().strip().splitlines()[-1:] or [""]
         report.append({"cell": ov, "status": rc, "s": round(time.monotonic() - t, 1)})
         print(f"[{i + 1}/{len(cells)}] rc={rc} {time.monotonic() - t:.0f}s {' '.join(ov)}\n    {tail[0][:300]}",

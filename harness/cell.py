@@ -301,13 +301,48 @@ def gpu_memory() -> list[dict[str, int]] | None:
     return parse_gpu_memory(out)
 
 
-def environment(started_at: str) -> dict[str, Any]:
+def busy_gpus(rows: list[dict[str, int]], tp: int, visible: str | None, limit_mib: int) -> list[dict[str, int]]:
+    """The GPUs this cell's server will use (the first `tp` of CUDA_VISIBLE_DEVICES, or of all)
+    that already hold more than `limit_mib` of memory.
+
+    Why refuse such a cell: the engine sizes its KV pool from the memory it finds free, and a
+    process still holding the GPU is usually an earlier cell's server that outlived its cell
+    (a cell killed outright cannot stop it). Measured beside it, a cell runs a smaller engine on
+    a shared GPU, and its numbers look like an engine regression."""
+    indices = [r["index"] for r in rows]
+    if visible is not None and visible.strip():
+        parts = [x.strip() for x in visible.split(",")]
+        if all(x.isdigit() for x in parts):
+            indices = [int(x) for x in parts]
+    use = set(indices[:max(1, tp)])
+    return [r for r in rows if r["index"] in use and r["used_mib"] > limit_mib]
+
+
+def check_gpus_idle(cfg: DictConfig) -> list[dict[str, int]] | None:
+    """Read every GPU's memory before the server starts (recorded as env.gpu_memory_at_start)
+    and raise CellError when one this cell will use is busy (`server.busy_gpu_mib`; null: no
+    check)."""
+    rows = gpu_memory()
+    limit = cfg.server.get("busy_gpu_mib")
+    if rows and limit is not None:
+        busy = busy_gpus(rows, int(cfg.tp), os.environ.get("CUDA_VISIBLE_DEVICES"), int(limit))
+        if busy:
+            held = ", ".join(f"GPU {r['index']}: {r['used_mib']} of {r['total_mib']} MiB" for r in busy)
+            raise CellError(
+                f"the GPU is not idle before the server starts ({held}); another process — often an "
+                f"earlier cell's server that outlived its cell — holds it, and the engine would size its "
+                f"KV pool from what is left. `nvidia-smi --query-compute-apps=pid,used_memory "
+                f"--format=csv` names it; stop it, or pass server.busy_gpu_mib=null to measure anyway")
+    return rows
+
+
+def environment(started_at: str, gpu_memory_at_start: list[dict[str, int]] | None) -> dict[str, Any]:
     gpu, count = gpus()
     return {
         "gpu": gpu, "gpu_count": count, "torch": _version("torch"), "triton": _version("triton"),
         "python": platform.python_version(), "git_sha": git_sha(), "started_at": started_at,
         "host": platform.node(), "cpu_count": os.cpu_count(),
-        "gpu_memory_at_start": gpu_memory(),
+        "gpu_memory_at_start": gpu_memory_at_start,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
 
@@ -484,6 +519,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         request_timeout_s=float(cfg.client.request_timeout_s),
         progress=bool(cfg.client.progress))
 
+    gpu_at_start = check_gpus_idle(cfg)
     t0 = time.monotonic()
     info_path = cfg.system.get("server_info_path", "/server_info")
     with systems.launch(spec) as system:
@@ -539,7 +575,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         # the same counters after the warm-up: the measured run's own steps are the difference
         # (engine.* counts from server start, warm-up request included)
         **({"engine_after_warmup": warmup_counters(warmed)} if cfg.system.kind == "engine" else {}),
-        "env": environment(started_at),
+        "env": environment(started_at, gpu_at_start),
         "run": {"dir": str(run_dir), "server_log": str(spec.log_path), "argv": list(spec.argv),
                 "ready_s": ready_s, "wall_s": wall_s, "errors": result.errors(),
                 "flush_status": result.flush_status, "max_in_flight": result.max_in_flight,

@@ -204,3 +204,90 @@ def test_a_re_measure_list_run_again_skips_the_cells_this_commit_already_re_meas
     monkeypatch.setattr(batch.subprocess, "run", lambda *a, **k: pytest.fail("a skipped cell was started"))
     report = batch.run([ov], budget_s=600.0, reserve_s=10.0, logs=tmp_path / "logs")
     assert report == [{"cell": ov, "status": 0, "skipped": "c" * 40}]
+
+
+# A cell stand-in: it starts a "server" in a session of its own (as harness.systems does) and,
+# like harness.cell, stops it on SIGTERM; the server's pid goes to a file.
+_CELL = r"""
+import os, signal, subprocess, sys, time
+server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+open(sys.argv[1], "w").write(str(server.pid))
+def stop(signum, frame):
+    os.killpg(server.pid, signal.SIGKILL); server.wait(); sys.exit(143)
+if sys.argv[2] == "stops":
+    signal.signal(signal.SIGTERM, stop)
+else:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); its state in /proc says it is gone
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(path, timeout=20.0):
+    import time
+
+    t = time.monotonic()
+    while not (path.exists() and path.read_text()):
+        assert time.monotonic() - t < timeout, "the stand-in cell never started its server"
+        time.sleep(0.05)
+    return int(path.read_text())
+
+
+def test_a_timed_out_cell_is_terminated_so_that_it_stops_its_server(tmp_path):
+    """subprocess.run's timeout SIGKILLs the cell, which leaves its server (own session) running
+    and holding the GPU for every later cell; run_until SIGTERMs, which the cell handles."""
+    import os
+    import signal
+    import sys
+    import time
+
+    pidfile = tmp_path / "server.pid"
+    with (tmp_path / "cell.log").open("w") as log:
+        rc = batch.run_until([sys.executable, "-c", _CELL, str(pidfile), "stops"], log, timeout_s=3.0, grace_s=20.0)
+    assert rc == "timeout"
+    server = _wait_for(pidfile)
+    t = time.monotonic()
+    while _alive(server) and time.monotonic() - t < 5:
+        time.sleep(0.05)
+    alive = _alive(server)
+    if alive:
+        os.kill(server, signal.SIGKILL)
+    assert not alive, "the timed-out cell's server outlived it"
+
+
+def test_a_cell_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
+    import os
+    import signal
+    import sys
+    import time
+
+    pidfile = tmp_path / "server.pid"
+    t = time.monotonic()
+    with (tmp_path / "cell.log").open("w") as log:
+        rc = batch.run_until([sys.executable, "-c", _CELL, str(pidfile), "ignores"], log, timeout_s=3.0, grace_s=1.0)
+    took = time.monotonic() - t
+    os.kill(_wait_for(pidfile), signal.SIGKILL)  # this stand-in's server is orphaned by design
+    assert rc == "timeout" and took < 15
+
+
+def test_a_cell_that_finishes_in_time_returns_its_exit_code(tmp_path):
+    import sys
+
+    with (tmp_path / "cell.log").open("w") as log:
+        rc = batch.run_until([sys.executable, "-c", "print('done'); raise SystemExit(3)"], log, timeout_s=30.0)
+    assert rc == 3 and (tmp_path / "cell.log").read_text().strip() == "done"

@@ -179,6 +179,38 @@ def test_gpu_memory_rows_parse_nvidia_smi_and_skip_noise():
     assert cell.parse_gpu_memory("") == []
 
 
+def test_busy_gpus_looks_at_the_gpus_the_server_will_use():
+    rows = [{"index": 0, "used_mib": 0, "total_mib": 143771}, {"index": 1, "used_mib": 120000, "total_mib": 143771},
+            {"index": 2, "used_mib": 5000, "total_mib": 143771}]
+    assert cell.busy_gpus(rows, tp=1, visible=None, limit_mib=2048) == []
+    assert [r["index"] for r in cell.busy_gpus(rows, tp=2, visible=None, limit_mib=2048)] == [1]
+    assert [r["index"] for r in cell.busy_gpus(rows, tp=1, visible="2,0", limit_mib=2048)] == [2]
+    assert cell.busy_gpus(rows, tp=1, visible="2,0", limit_mib=8192) == []
+    # UUIDs or an empty value: no mapping to nvidia-smi's indices is known, so the first GPUs
+    assert [r["index"] for r in cell.busy_gpus(rows, tp=3, visible="GPU-abc", limit_mib=2048)] == [1, 2]
+    assert cell.busy_gpus(rows, tp=1, visible="", limit_mib=2048) == []
+
+
+def test_a_cell_refuses_a_busy_gpu_before_starting_its_server(tmp_path, monkeypatch):
+    busy = [{"index": 0, "used_mib": 120000, "total_mib": 143771}]
+    monkeypatch.setattr(cell, "gpu_memory", lambda: busy)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    launched = []
+    monkeypatch.setattr(cell.systems, "launch", lambda spec: launched.append(spec))
+    cfg = _compose("model=tiny", "hardware=cpu", "workload=burst", "lp=16", "batch=1", "num_prompts=1",
+                   "output_len=2", "workload.suffix_len=4", f"results_dir={tmp_path / 'res'}",
+                   f"workloads_dir={tmp_path / 'wl'}")
+    with pytest.raises(cell.CellError, match=r"GPU 0: 120000 of 143771 MiB.*busy_gpu_mib=null"):
+        cell.run_cell(cfg, tmp_path / "run")
+    assert launched == []
+    # the knob turns the check off; the reading is still what the result records
+    cfg.server.busy_gpu_mib = None
+    assert cell.check_gpus_idle(cfg) == busy
+    monkeypatch.setattr(cell, "gpu_memory", lambda: None)  # no nvidia-smi (a CPU host): no check
+    cfg.server.busy_gpu_mib = 2048
+    assert cell.check_gpus_idle(cfg) is None
+
+
 def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):
     pidfile = tmp_path / "server.pid"
     proc = subprocess.Popen([sys.executable, "-m", "harness.cell", "model=tiny", "hardware=cpu", "workload=burst",
