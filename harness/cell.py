@@ -365,6 +365,9 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
     attn = info.get("attention") or {}
     if isinstance(attn, Mapping):
         out.update({k: v for k, v in attn.items() if not isinstance(v, Mapping | list)})
+        for key in ("class_decisions", "class_sizes"):  # granikv's dispatcher: how steps split into classes
+            if isinstance(attn.get(key), Mapping):
+                out[key] = attn[key]
     for key in ("retractions", "hot_admits", "hot_fallbacks", "hot_slab_tokens", "decode_steps", "prefill_steps"):
         if key in info and not isinstance(info[key], Mapping):
             out[key] = info[key]

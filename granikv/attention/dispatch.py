@@ -58,8 +58,13 @@ class DispatchCounters:
     cascade_steps: int = 0  # steps with at least one cascade class
     paged_steps: int = 0  # steps where every request took the plain path
     class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, PLAIN: 0})
+    # per decision, class size -> class-steps: a prefix pass's work is whole M tiles per class
+    # (ceil(n * g / BLOCK_M) reads of the prefix), so two runs of one workload whose batches split
+    # into classes differently (64+64+64+64 against 70+62+60+64) differ in prefix reads at equal
+    # token counts; this is what tells such runs apart in a result file
+    class_sizes: dict = field(default_factory=lambda: {DENSE: {}, CASCADE: {}, PLAIN: {}})
 
-    def record(self, decisions: list[str]) -> None:
+    def record(self, decisions: list[str], sizes: list[int] | None = None) -> None:
         self.decode_steps += 1
         kinds = set(decisions)
         if DENSE in kinds:
@@ -70,6 +75,9 @@ class DispatchCounters:
             self.paged_steps += 1
         for d in decisions:
             self.class_decisions[d] += 1
+        for d, n in zip(decisions, sizes or (), strict=False):
+            hist = self.class_sizes[d]
+            hist[n] = hist.get(n, 0) + 1
 
     def as_dict(self) -> dict:
         return {
@@ -78,4 +86,5 @@ class DispatchCounters:
             "cascade_steps": self.cascade_steps,
             "paged_steps": self.paged_steps,
             "class_decisions": dict(self.class_decisions),
+            "class_sizes": {d: {str(n): c for n, c in sorted(h.items())} for d, h in self.class_sizes.items()},
         }

@@ -32,10 +32,11 @@ class GraniKVBackend(AttentionBackend):
                 groups.setdefault(r.slab, []).append(i)
         kv_start = None
         passes: dict[str, ClassLists] = {}
-        decisions = []
+        decisions, sizes = [], []
         for (base, lp), members in groups.items():
             kind = self.policy.choose(len(members), lp)
             decisions.append(kind)
+            sizes.append(len(members))
             if kind == PLAIN:
                 continue
             c = passes.setdefault(kind, ClassLists(members=[], lens=[], bases=[]))
@@ -46,7 +47,7 @@ class GraniKVBackend(AttentionBackend):
                 kv_start = [0] * batch.num_reqs
             for i in members:
                 kv_start[i] = lp
-        self.counters.record(decisions or [PLAIN])
+        self.counters.record(decisions or [PLAIN], sizes)
         return DecodePlan(kv_start=kv_start, passes=passes)
 
     def warm_signatures(self, n: int) -> list[tuple]:

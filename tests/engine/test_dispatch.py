@@ -84,3 +84,29 @@ def test_a_threshold_no_class_meets_sends_every_step_down_the_plain_path_with_th
                 assert eng.stats()["hot_admits"] > 0  # the prefixes still sit in HOT slabs
     assert outs["granikv"] == outs["paged"] == outs["granikv-plain"]
 
+
+
+def test_class_sizes_count_every_class_step_by_its_decision():
+    from granikv.attention.dispatch import DispatchCounters
+
+    c = DispatchCounters()
+    c.record([CASCADE, CASCADE, PLAIN], [64, 65, 1])
+    c.record([CASCADE, CASCADE], [64, 64])
+    c.record([PLAIN])  # a step with no class: counted as a plain step, no size
+    d = c.as_dict()
+    assert d["class_sizes"] == {DENSE: {}, CASCADE: {"64": 3, "65": 1}, PLAIN: {"1": 1}}
+    assert d["class_decisions"] == {DENSE: 0, CASCADE: 4, PLAIN: 2}
+    assert sum(d["class_sizes"][CASCADE].values()) == d["class_decisions"][CASCADE]
+
+
+def test_the_engine_reports_the_class_sizes_of_its_decode_steps():
+    prompts = multi_prefix_prompts(seed=5, prefix_lens=(40, 24), per_prefix=(3, 2))
+    eng = Engine(tiny_config("granikv", kernel_impl="torch"))
+    reqs = [eng.add_request(p, SamplingParams(max_new_tokens=6, ignore_eos=True), shared_prefix_len=lp)
+            for p, lp in prompts]
+    while any(r.status != Status.FINISHED for r in reqs):
+        eng.step()
+    att = eng.stats()["attention"]
+    sizes = {int(n) for kind in att["class_sizes"].values() for n in kind}
+    assert sizes and sizes <= {1, 2, 3}, att["class_sizes"]
+    assert sum(sum(h.values()) for h in att["class_sizes"].values()) >= att["decode_steps"] - att["paged_steps"]

@@ -267,6 +267,17 @@ def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it
     assert warmup_counters(info)["loop_idle_s"] == 0.2
 
 
+def test_engine_counters_keep_the_dispatchers_class_sizes():
+    from harness.cell import engine_counters, warmup_counters
+
+    attn = {"decode_steps": 3, "cascade_steps": 2, "class_decisions": {"dense": 0, "cascade": 4, "plain": 1},
+            "class_sizes": {"dense": {}, "cascade": {"64": 3, "65": 1}, "plain": {"1": 1}}, "other": {"x": 1}}
+    out = engine_counters({"attention": attn})
+    assert out["class_sizes"] == attn["class_sizes"] and out["class_decisions"] == attn["class_decisions"]
+    assert "other" not in out and out["cascade_steps"] == 2
+    assert "class_sizes" not in warmup_counters({"attention": attn})  # the snapshot stays scalar
+
+
 def test_a_tag_names_an_ab_cell_apart_and_is_absent_by_default():
     from harness.sweeps import cell_id
 
