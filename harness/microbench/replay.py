@@ -29,7 +29,7 @@ import json
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -62,6 +62,11 @@ class StubCounters:
     decode_tokens: int = 0
     promotion_copies: int = 0
     promotion_slots: int = 0
+    # decode steps' prefix classes (requests sharing one HOT slab): class size -> class-steps, and
+    # for steps in the top graph bucket (more than half the batch), the cascade prefix pass's M tiles per step -> steps
+    class_sizes: dict = field(default_factory=dict)
+    full_batch_steps: int = 0
+    full_batch_tiles: dict = field(default_factory=dict)
 
 
 class StubKV:
@@ -90,9 +95,11 @@ class StubRunner:
 
     graphs = None
 
-    def __init__(self, counters: StubCounters, token: int = FIXED_TOKEN):
+    def __init__(self, counters: StubCounters, token: int = FIXED_TOKEN, full_batch: int = 0,
+                 group_size: int = 4, block_m: int = 64):
         self._c = counters
         self.token = token
+        self.full_batch, self.group_size, self.block_m = full_batch, group_size, block_m
 
     def write_row(self, req, slots) -> None:
         pass
@@ -107,7 +114,24 @@ class StubRunner:
     def launch_decode(self, step: Step) -> Launched:
         self._c.decode_steps += 1
         self._c.decode_tokens += len(step.decode)
+        self._count_classes(step.decode)
         return Launched(step.decode, None, None, None)
+
+    def _count_classes(self, reqs) -> None:
+        """The prefix classes this step would give granikv's dispatcher (one per HOT slab), and
+        the prefix pass's M tiles: ceil(n * g / BLOCK_M) per class of two or more, each tile one
+        stream of the class's prefix (granikv/kernels/prefix_cascade.py)."""
+        sizes: dict = {}
+        for r in reqs:
+            if r.prefix_slab is not None:
+                sizes[r.prefix_slab] = sizes.get(r.prefix_slab, 0) + 1
+        hist = self._c.class_sizes
+        for n in sizes.values():
+            hist[n] = hist.get(n, 0) + 1
+        if self.full_batch and 2 * len(reqs) > self.full_batch:  # the top CUDA-graph bucket
+            tiles = sum(-(-n * self.group_size // self.block_m) for n in sizes.values() if n >= 2)
+            self._c.full_batch_steps += 1
+            self._c.full_batch_tiles[tiles] = self._c.full_batch_tiles.get(tiles, 0) + 1
 
     def complete(self, la: Launched) -> list[int]:
         return [self.token] * len(la.reqs)
@@ -116,11 +140,15 @@ class StubRunner:
 def stub_engine(cfg: EngineConfig, num_slots: int) -> tuple[Engine, StubCounters]:
     """An Engine over the real storage policy of `cfg.system` with `num_slots` slots, whose
     runner computes nothing."""
+    from granikv.kernels.prefix_cascade import CASCADE_CONFIG
+
     counters = StubCounters()
     spec = load_spec(cfg.model_path or cfg.model)
     storage = storage_from_config(cfg, num_slots)
     eos = tuple(getattr(spec, "eos_token_ids", ()) or ())
-    comps = Components(spec, None, StubKV(counters), storage, StubBackend(), StubRunner(counters), eos)
+    runner = StubRunner(counters, full_batch=cfg.max_running, group_size=spec.num_heads // spec.num_kv_heads,
+                        block_m=CASCADE_CONFIG.block_m)
+    comps = Components(spec, None, StubKV(counters), storage, StubBackend(), runner, eos)
     return Engine(cfg, components=comps), counters
 
 
@@ -141,6 +169,11 @@ class ReplayConfig:
     flush: bool = True
     send_prefix_hint: bool = True
     max_steps: int = 1_000_000  # a guard against a scheduler that stops making progress
+    # the client's round trip, in engine steps: a finished request's replacement reaches the
+    # engine 0..arrival_lag_steps steps later (uniform, seeded) instead of in the same step —
+    # the timing that differs between two GPU runs of one workload
+    arrival_lag_steps: int = 0
+    seed: int = 0
 
 
 @dataclass
@@ -158,6 +191,11 @@ class ReplayResult:
     scheduler: dict = field(default_factory=dict)
     promotion_copies: int = 0
     promotion_slots: int = 0
+    class_sizes: dict = field(default_factory=dict)
+    full_batch_steps: int = 0
+    full_batch_tiles: dict = field(default_factory=dict)
+    arrival_lag_steps: int = 0
+    seed: int = 0
 
 
 def engine_config(system: str, rc: ReplayConfig) -> EngineConfig:
@@ -183,10 +221,16 @@ def offers(requests: list[WorkloadRequest], rc: ReplayConfig) -> list[Offer]:
             for r in requests]
 
 
-def serve(engine: Engine, load: list[Offer], batch: int, progress=None, max_steps: int = 1_000_000) -> int:
+def serve(engine: Engine, load: list[Offer], batch: int, progress=None, max_steps: int = 1_000_000,
+          lag_steps: int = 0, seed: int = 0) -> int:
     """All of `load` at t=0, at most `batch` in flight, the next one added when one finishes (the
-    client's semaphore); runs the engine until it is idle. Returns the engine steps taken."""
+    client's semaphore) — `lag_steps` > 0: 0..lag_steps engine steps later, drawn per request;
+    runs the engine until it is idle. Returns the engine steps taken."""
+    import random
+
     queue = deque(load)
+    rng = random.Random(seed)
+    due: list[int] = []  # the steps at which the next offers reach the engine, in queue order
 
     def add() -> None:
         o = queue.popleft()
@@ -196,13 +240,18 @@ def serve(engine: Engine, load: list[Offer], batch: int, progress=None, max_step
     for _ in range(min(batch, len(queue))):
         add()
     steps = 0
-    while engine.has_work():
-        for out in engine.step():
-            if out.finished:
-                if progress is not None:
-                    progress(out)
-                if queue:
-                    add()
+    while engine.has_work() or due:
+        while due and due[0] <= steps and queue:
+            due.pop(0)
+            add()
+        if engine.has_work():
+            for out in engine.step():
+                if out.finished:
+                    if progress is not None:
+                        progress(out)
+                    if len(queue) > len(due):
+                        due.append(steps + (rng.randint(0, lag_steps) if lag_steps else 0))
+                        due.sort()
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"replay still running after {max_steps} steps")
@@ -229,7 +278,7 @@ def replay(system: str, requests: list[WorkloadRequest], rc: ReplayConfig, progr
     t0 = time.perf_counter()
     load = offers(requests, rc)
     warm_up(engine, load, rc)
-    serve(engine, load, rc.batch, progress, rc.max_steps)
+    serve(engine, load, rc.batch, progress, rc.max_steps, rc.arrival_lag_steps, rc.seed)
     st = engine.stats()
     storage = st["storage"]
     return ReplayResult(
@@ -239,6 +288,9 @@ def replay(system: str, requests: list[WorkloadRequest], rc: ReplayConfig, progr
         wall_s=round(time.perf_counter() - t0, 3), storage=storage,
         scheduler={"hot_admits": st["hot_admits"], "hot_fallbacks": st["hot_fallbacks"]},
         promotion_copies=c.promotion_copies, promotion_slots=c.promotion_slots,
+        class_sizes={str(n): v for n, v in sorted(c.class_sizes.items())}, full_batch_steps=c.full_batch_steps,
+        full_batch_tiles={str(n): v for n, v in sorted(c.full_batch_tiles.items())},
+        arrival_lag_steps=rc.arrival_lag_steps, seed=rc.seed,
     )
 
 
@@ -277,9 +329,15 @@ def summary_line(r: ReplayResult) -> str:
                f" slabs={s.get('slabs')} storage.hot_admits={s.get('hot_admits')} hot_hits={s.get('hot_hits')}"
                f" storage.hot_fallbacks={s.get('hot_fallbacks')} promotions={s.get('promotions_planned')}"
                f"/{s.get('promotions_failed')} failed lent={s.get('lent_slots')}")
-    return (f"{r.system:8s} prefill_tokens={r.prefill_tokens} extend_steps={r.extend_steps} "
+    tiles = ""
+    if r.full_batch_steps and r.system == "granikv":
+        n = sum(r.full_batch_tiles.values())
+        mean = sum(int(t) * c for t, c in r.full_batch_tiles.items()) / n
+        tiles = f" full_batch_steps={r.full_batch_steps} prefix_tiles/step={mean:.2f}"
+    lag = f" lag={r.arrival_lag_steps} seed={r.seed}" if r.arrival_lag_steps else ""
+    return (f"{r.system:8s}{lag} prefill_tokens={r.prefill_tokens} extend_steps={r.extend_steps} "
             f"decode_steps={r.decode_steps} evicted_slots={r.evicted_slots} retractions={r.retractions}"
-            f"{hot} ({r.wall_s:.1f} s)")
+            f"{hot}{tiles} ({r.wall_s:.1f} s)")
 
 
 def write_results(path: str, results: list[ReplayResult], rc: ReplayConfig, workload: str,
@@ -308,21 +366,26 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-requests", type=int, default=ReplayConfig.warmup_requests)
     ap.add_argument("--no-prefix-hint", action="store_true")
     ap.add_argument("--num-requests", type=int, default=None, help="replay only the first N requests")
+    ap.add_argument("--arrival-lag-steps", type=int, default=0,
+                    help="a finished request's replacement arrives 0..N engine steps later (the client's round trip)")
+    ap.add_argument("--seeds", default="0", help="comma-separated seeds of the arrival lag: one replay per seed")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     args = ap.parse_args(argv)
     rc = ReplayConfig(batch=args.batch, num_slots=args.num_slots, hot_fraction=args.hot_fraction,
                       max_context=args.max_context, chunked_prefill_tokens=args.chunked_prefill_tokens,
                       page_size=args.page_size, model=args.model, warmup_requests=args.warmup_requests,
-                      send_prefix_hint=not args.no_prefix_hint)
+                      send_prefix_hint=not args.no_prefix_hint, arrival_lag_steps=args.arrival_lag_steps)
     wl = read_workload(args.workload)
     requests = wl.requests[: args.num_requests] if args.num_requests else wl.requests
+    seeds = [int(x) for x in args.seeds.split(",") if x.strip()] or [0]
     results = []
-    for system in [s for s in args.systems.split(",") if s]:
-        progress = Progress(len(requests), system)
-        r = replay(system, requests, rc, progress=progress)
-        progress.close()
-        print(summary_line(r), flush=True)
-        results.append(r)
+    for seed in seeds:
+        for system in [s for s in args.systems.split(",") if s]:
+            progress = Progress(len(requests), system)
+            r = replay(system, requests, replace(rc, seed=seed), progress=progress)
+            progress.close()
+            print(summary_line(r), flush=True)
+            results.append(r)
     if args.out:
         write_results(args.out, results, rc, str(args.workload), wl.header.get("config"))
     return 0

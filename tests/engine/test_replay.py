@@ -79,3 +79,29 @@ def test_eviction_causes_add_up_to_the_storage_counters():
     assert got["prefill_tokens"] == plain.prefill_tokens
     assert sum(got["named_prefix_tokens"].values()) == 64 * 64
     assert sum(got["slab_allocs"].values()) >= 1
+
+
+def test_class_sizes_follow_file_order_and_tiles_count_whole_m_tiles():
+    """Requests go to prefix i mod k in file order and the client refills in that order, so a wave
+    of `batch` requests splits into classes of batch/k whatever the arrival lag; the prefix pass
+    then needs ceil(n * g / 64) M tiles per class (tiny: g = 4)."""
+    reqs = workload(k=4, lp=64, n=64, output_len=6)
+    for lag in (0, 3):
+        r = R.replay("granikv", reqs, rc(20000, 16, arrival_lag_steps=lag, seed=1))
+        assert r.decode_tokens == sum(q.output_len - 1 for q in reqs)  # the lag loses no request
+        assert r.storage["live_requests"] == 0
+        assert set(r.class_sizes) <= {str(n) for n in range(1, 5)} and "4" in r.class_sizes
+        assert r.full_batch_steps > 0
+        # classes of 4 requests, 4 query heads each: 16 rows, one M tile; four classes a step
+        assert set(r.full_batch_tiles) <= {"1", "2", "3", "4"} and "4" in r.full_batch_tiles
+    assert R.replay("paged", reqs, rc(20000, 16)).class_sizes == {}  # no HOT slabs, no classes
+
+
+def test_an_arrival_lag_delays_refills_but_serves_everything():
+    reqs = workload(k=2, lp=64, n=24, output_len=5)
+    fast = R.replay("granikv", reqs, rc(20000, 8))
+    slow = R.replay("granikv", reqs, rc(20000, 8, arrival_lag_steps=6, seed=3))
+    again = R.replay("granikv", reqs, rc(20000, 8, arrival_lag_steps=6, seed=3))
+    assert slow.decode_tokens == fast.decode_tokens
+    assert slow.decode_steps >= fast.decode_steps  # refills wait, so steps run smaller batches
+    assert (slow.decode_steps, slow.class_sizes) == (again.decode_steps, again.class_sizes)  # seeded
