@@ -324,7 +324,8 @@ def check_gpus_idle(cfg: DictConfig) -> list[dict[str, int]] | None:
     check)."""
     rows = gpu_memory()
     limit = cfg.server.get("busy_gpu_mib")
-    if rows and limit is not None:
+    on_gpu = cfg.system.kind != "engine" or cfg.hardware.get("device", "cuda") != "cpu"
+    if rows and limit is not None and on_gpu:  # a CPU cell on a GPU host shares nothing with it
         busy = busy_gpus(rows, int(cfg.tp), os.environ.get("CUDA_VISIBLE_DEVICES"), int(limit))
         if busy:
             held = ", ".join(f"GPU {r['index']}: {r['used_mib']} of {r['total_mib']} MiB" for r in busy)

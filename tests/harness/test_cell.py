@@ -200,6 +200,8 @@ def test_a_cell_refuses_a_busy_gpu_before_starting_its_server(tmp_path, monkeypa
     cfg = _compose("model=tiny", "hardware=cpu", "workload=burst", "lp=16", "batch=1", "num_prompts=1",
                    "output_len=2", "workload.suffix_len=4", f"results_dir={tmp_path / 'res'}",
                    f"workloads_dir={tmp_path / 'wl'}")
+    assert cell.check_gpus_idle(cfg) == busy  # a CPU cell on a GPU host: recorded, not refused
+    cfg.hardware.device = "cuda"
     with pytest.raises(cell.CellError, match=r"GPU 0: 120000 of 143771 MiB.*busy_gpu_mib=null"):
         cell.run_cell(cfg, tmp_path / "run")
     assert launched == []
