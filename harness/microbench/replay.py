@@ -226,11 +226,12 @@ def serve(engine: Engine, load: list[Offer], batch: int, progress=None, max_step
     """All of `load` at t=0, at most `batch` in flight, the next one added when one finishes (the
     client's semaphore) — `lag_steps` > 0: 0..lag_steps engine steps later, drawn per request;
     runs the engine until it is idle. Returns the engine steps taken."""
+    import heapq
     import random
 
     queue = deque(load)
     rng = random.Random(seed)
-    due: list[int] = []  # the steps at which the next offers reach the engine, in queue order
+    due: list[int] = []  # a heap: the steps at which the next offers reach the engine
 
     def add() -> None:
         o = queue.popleft()
@@ -242,7 +243,7 @@ def serve(engine: Engine, load: list[Offer], batch: int, progress=None, max_step
     steps = 0
     while engine.has_work() or due:
         while due and due[0] <= steps and queue:
-            due.pop(0)
+            heapq.heappop(due)
             add()
         if engine.has_work():
             for out in engine.step():
@@ -250,8 +251,7 @@ def serve(engine: Engine, load: list[Offer], batch: int, progress=None, max_step
                     if progress is not None:
                         progress(out)
                     if len(queue) > len(due):
-                        due.append(steps + (rng.randint(0, lag_steps) if lag_steps else 0))
-                        due.sort()
+                        heapq.heappush(due, steps + (rng.randint(0, lag_steps) if lag_steps else 0))
         steps += 1
         if steps > max_steps:
             raise RuntimeError(f"replay still running after {max_steps} steps")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from proc_testutil import wait_dead
 
 from harness import batch
 
@@ -223,21 +224,6 @@ time.sleep(600)
 """
 
 
-def _alive(pid: int) -> bool:
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); its state in /proc says it is gone
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _wait_for(path, timeout=20.0):
     import time
 
@@ -254,20 +240,16 @@ def test_a_timed_out_cell_is_terminated_so_that_it_stops_its_server(tmp_path):
     import os
     import signal
     import sys
-    import time
 
     pidfile = tmp_path / "server.pid"
     with (tmp_path / "cell.log").open("w") as log:
         rc = batch.run_until([sys.executable, "-c", _CELL, str(pidfile), "stops"], log, timeout_s=3.0, grace_s=20.0)
     assert rc == "timeout"
     server = _wait_for(pidfile)
-    t = time.monotonic()
-    while _alive(server) and time.monotonic() - t < 5:
-        time.sleep(0.05)
-    alive = _alive(server)
-    if alive:
+    dead = wait_dead(server, 5.0)
+    if not dead:
         os.kill(server, signal.SIGKILL)
-    assert not alive, "the timed-out cell's server outlived it"
+    assert dead, "the timed-out cell's server outlived it"
 
 
 def test_a_cell_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from proc_testutil import alive as _alive
 
 from harness import cell
 from harness.results import validate_cell
@@ -247,14 +248,6 @@ def test_a_stalled_engine_fails_the_cell_instead_of_hanging(tmp_path):
     assert out.returncode == 1
     assert "holds 2 requests but made no step for 3 s" in out.stderr
     assert not list((tmp_path / "r").rglob("*.json"))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it():

@@ -6,12 +6,11 @@ its flags make it slow, never healthy, crash, ignore SIGTERM or spawn a child.
 
 from __future__ import annotations
 
-import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from proc_testutil import wait_dead as _wait_dead
 
 from harness import systems
 
@@ -25,28 +24,6 @@ def _spec(tmp_path: Path, *flags: str, timeout: float = 60.0, grace: float = 5.0
     return systems.LaunchSpec(name="fake", argv=tuple(argv), host="127.0.0.1", port=port,
                               log_path=tmp_path / "logs" / "server.log", ready_timeout_s=timeout,
                               stop_grace_s=grace, cwd=str(ROOT))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie still answers kill(0); it is dead for our purpose
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_dead(pid: int, seconds: float = 10.0) -> bool:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_engine_command_spells_flags():
