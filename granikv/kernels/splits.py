@@ -80,7 +80,10 @@ def _combine_decode_kernel(PartO, PartLse, KvLen, O, Lse, max_splits,
           D, S_PAD)
 
 
-@triton.jit
+# num_classes is 1 in every step the engine's start-up captures and 2..64 in multi-prefix runs;
+# specialized (1 is compiled in as a constant, multiples of 16 as aligned), it compiled a new
+# fold variant inside the first multi-prefix run on each machine. max_splits likewise.
+@triton.jit(do_not_specialize=["num_classes", "max_splits"])
 def _combine_prefix_kernel(PartO, PartLse, Indptr, Reqs, PrefixLen, O, Lse, num_classes, max_splits,
                            s_po_r, s_po_h, s_po_s, s_pl_r, s_pl_h, s_o_r, s_o_h, s_l_r, s_l_h,
                            D: tl.constexpr, S_PAD: tl.constexpr, MIN_SPLIT_LEN: tl.constexpr):

@@ -1,0 +1,98 @@
+"""Nothing compiles inside a serving run (GPU; skipped on CPU hosts).
+
+The engine compiles its Triton variants at start (`capture_at_start`: every batch bucket's
+single-prefix decode graph, the extend variants). A variant first met inside a run costs a
+compile of 0.5-2 s in one step, but only on a machine whose Triton cache lacks it, so the same
+cell measured twice on one machine gives two numbers (session 18: Table 20 k=16 at 8556 and
+9773 tok/s, the slow one the first k=16 cell on its machine). Triton specializes an int
+argument equal to 1 (compiled in as a constant) or divisible by 16, so a value that depends on
+how a batch splits into prefix classes (tiles per class, splits, the number of classes) makes a
+new variant unless the kernel is told not to specialize it.
+
+This runs an engine with Llama-3.1-8B's attention shapes (32 query heads, 8 KV heads, d=128,
+bf16; one layer, so it is quick) through a warm-up request, as a serving cell does, then through
+multi-prefix batches of the sizes the paper's sweeps meet, and asserts that no kernel of
+granikv.kernels gained a compiled variant after the warm-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import random
+
+import pytest
+import torch
+
+import granikv.kernels
+from granikv.config import EngineConfig
+from granikv.engine.engine import Engine
+from granikv.engine.request import SamplingParams
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels need CUDA")]
+
+LLAMA8B_ATTENTION = """\
+name: llama8b-attention-1layer
+arch: llama
+vocab_size: 1024
+hidden_size: 4096
+intermediate_size: 1024
+num_layers: 1
+num_heads: 32
+num_kv_heads: 8
+head_dim: 128
+rope_theta: 500000.0
+rope_scaling: null
+rms_norm_eps: 1.0e-5
+max_position_embeddings: 8192
+eos_token_ids: []
+"""
+
+
+def compiled_variants() -> dict[str, int]:
+    """Compiled variants per launched Triton kernel of granikv.kernels (this process)."""
+    from triton.runtime.jit import JITFunction
+
+    out = {}
+    for info in pkgutil.iter_modules(granikv.kernels.__path__):
+        mod = importlib.import_module(f"granikv.kernels.{info.name}")
+        for name, obj in vars(mod).items():
+            if isinstance(obj, JITFunction):
+                out[f"{info.name}.{name}"] = sum(len(c[0]) for c in obj.device_caches.values())
+    return out
+
+
+def waves(k: int, n: int, prefix_len: int, seed: int) -> tuple[list[list[int]], list[int]]:
+    """n requests over k shared prefixes (request i has prefix i mod k, as the multiprefix
+    workload), suffixes of 3-40 tokens."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(1024) for _ in range(prefix_len)] for _ in range(k)]
+    prompts = [prefixes[i % k] + [rng.randrange(1024) for _ in range(rng.randint(3, 40))] for i in range(n)]
+    return prompts, [prefix_len] * n
+
+
+@pytest.mark.parametrize("system", ["granikv", "cascade"])
+def test_multi_prefix_batches_compile_nothing_after_start(system, tmp_path):
+    spec = tmp_path / "llama8b-attention-1layer.yaml"
+    spec.write_text(LLAMA8B_ATTENTION)
+    eng = Engine(EngineConfig(
+        model=str(spec), system=system, device="cuda", dtype="bfloat16", num_slots=1 << 16,
+        max_running=256, max_context=2048, min_prefix_for_hot=64, hot_fraction=0.5,
+        m_sat=2048,  # conf/hardware/h200.yaml's fit for g = 4
+        prefix_pass_min_saved_mib=0))  # short test prefixes still take the prefix passes
+    params = SamplingParams(max_new_tokens=4, ignore_eos=True)
+    eng.generate([[7] * 300], SamplingParams(max_new_tokens=32, ignore_eos=True))  # the cell's warm-up
+    before = compiled_variants()
+    # (k prefixes, requests): Table 20's k sweep and Table 21's heterogeneous k at B=256, a
+    # draining wave, odd class counts and sizes
+    for i, (k, n) in enumerate([(16, 256), (4, 256), (64, 256), (8, 256), (2, 256), (3, 100), (5, 40),
+                                (16, 200), (4, 130), (1, 100)]):
+        prompts, hints = waves(k, n, prefix_len=320 + 16 * i, seed=i)
+        eng.generate(prompts, params, shared_prefix_lens=hints)
+    torch.cuda.synchronize()
+    after = compiled_variants()
+    grew = {name: (before.get(name, 0), n) for name, n in after.items() if n > before.get(name, 0)}
+    assert not grew, f"compiled inside the run (kernel: variants after warm-up -> after the batches): {grew}"
+    if system == "granikv":
+        assert eng.backend.stats()["cascade_steps"] > 0  # the multi-class prefix pass did run
