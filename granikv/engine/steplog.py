@@ -9,6 +9,7 @@ includes its GPU time; an overlapped decode step's time is the wait for the prev
 
 from __future__ import annotations
 
+import heapq
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -24,12 +25,24 @@ class PhaseLog:
     # time goes over the whole run (`recent` keeps only its end), e.g. how much of the decode
     # total the draining tail of small batches takes
     by_batch: dict = field(default_factory=dict)
+    # the run's slowest steps wherever they fall, as a min-heap of (ms, step index, requests):
+    # a one-off stall (a Triton compile or graph capture inside the run, a host pause) hides in
+    # the by-batch totals and falls outside `recent`, and the slowest steps say when it happened
+    # and how long it took (session 18's slow Table 20 k=16 repetition: 1.5 s in one step)
+    slowest: list = field(default_factory=list)
+    keep_slowest: int = 8
 
     def add(self, tokens: int, reqs: int, seconds: float) -> None:
         self.count += 1
         self.total_s += seconds
         self.tokens += tokens
-        self.recent.append((tokens, reqs, round(seconds * 1e3, 3)))
+        ms = round(seconds * 1e3, 3)
+        self.recent.append((tokens, reqs, ms))
+        entry = (ms, self.count - 1, reqs)
+        if len(self.slowest) < self.keep_slowest:
+            heapq.heappush(self.slowest, entry)
+        elif ms > self.slowest[0][0]:
+            heapq.heapreplace(self.slowest, entry)
         bucket = 1 << max(reqs - 1, 0).bit_length()
         n_s = self.by_batch.setdefault(bucket, [0, 0.0])
         n_s[0] += 1
@@ -40,7 +53,9 @@ class PhaseLog:
         out = {"count": self.count, "total_s": round(self.total_s, 4), "tokens": self.tokens,
                "recent_median_ms": statistics.median(ms) if ms else None,
                "recent_max_ms": max(ms) if ms else None,
-               "by_batch": {str(b): [n, round(t, 4)] for b, (n, t) in sorted(self.by_batch.items())}}
+               "by_batch": {str(b): [n, round(t, 4)] for b, (n, t) in sorted(self.by_batch.items())},
+               # [step index (0 = the phase's first step since start), requests, ms], slowest first
+               "slowest": [[i, n, ms] for ms, i, n in sorted(self.slowest, reverse=True)]}
         if keep:
             out["recent"] = [list(r) for r in list(self.recent)[-keep:]]
         return out
