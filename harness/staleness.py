@@ -37,7 +37,8 @@ from harness.batch import GRANIKV_KNOBS
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANGES_PATH = Path(__file__).resolve().parent / "data" / "code_changes.yaml"
-SCOPE_KEYS = frozenset({"systems", "workloads", "min_lp", "max_lp", "min_batch", "min_k", "tp"})
+SCOPE_KEYS = frozenset({"systems", "workloads", "min_lp", "max_lp", "min_batch", "min_k", "max_k",
+                        "tp"})
 # the config keys that identify a point (its systems run back to back), besides the sweep and rep
 POINT_KEYS = ("model", "tp", "workload", "lp", "batch", "k", "tag")
 # granikv's own knobs label a cell within its point instead of splitting the point (as in batch)
@@ -69,8 +70,9 @@ class CodeChange:
         for key, bound in (("lp", "min_lp"), ("batch", "min_batch"), ("k", "min_k")):
             if bound in s and not num(key) >= s[bound]:  # a missing value (NaN) is out of scope
                 return False
-        if "max_lp" in s and not num("lp") <= s["max_lp"]:  # a change measured not to move longer prefixes
-            return False
+        for key, bound in (("lp", "max_lp"), ("k", "max_k")):  # e.g. a change measured not to move longer
+            if bound in s and not num(key) <= s[bound]:  # prefixes; more prefixes than a path serves
+                return False
         return True
 
 

@@ -55,6 +55,9 @@ def test_scope_matches_system_workload_and_bounds():
     assert upto.applies({"lp": 8192, "batch": 128}) and upto.applies({"lp": 512, "batch": 512})
     assert not upto.applies({"lp": 16384, "batch": 256}) and not upto.applies({"lp": 4096, "batch": 32})
     assert not upto.applies({"lp": "2048_4096", "batch": 256})  # no single Lp: out of a max_lp scope
+    between = staleness.CodeChange("abc", "t", scope={"min_k": 2, "max_k": 16})
+    assert between.applies({"k": 2}) and between.applies({"k": 16})
+    assert not between.applies({"k": 1}) and not between.applies({"k": 64}) and not between.applies({})
 
 
 def test_registry_is_checked(tmp_path):
