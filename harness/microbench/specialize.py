@@ -154,7 +154,8 @@ def parse_cases(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def table(records: list[dict]) -> str:
-    lines = ["| classes x size | TILES | splits | unspecialized us | specialized us | ratio | first call ms (unspec. / spec.) |",
+    lines = ["| classes x size | TILES | splits | unspecialized us | specialized us | ratio "
+             "| first call ms (unspec. / spec.) |",
              "|---|---|---|---|---|---|---|"]
     for r in records:
         lines.append(f"| {r['classes']} x {r['class_size']} | {r['tiles']} | {r['max_splits']} | "
