@@ -472,8 +472,8 @@ def _t19(t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, 
 
 def _t20(t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
-    cells = select(res, TABLE_SPECS[20].sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=t.meta["B"],
-                   k=row["k"])
+    cells = complete_reps(select(res, TABLE_SPECS[20].sweeps, model=model, tp=tp, lp=t.meta["Lp"],
+                                 batch=t.meta["B"], k=row["k"]))
     if row["row_type"] == "throughput":
         return {"output_tok_s": mean_of(cells, TOK, system=SYSTEM_OF_NAME[row["system"]])}
     den = "paged" if row["system"].endswith("/ SGL") else "cascade"
@@ -482,7 +482,7 @@ def _t20(t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, 
 
 def _t21(t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
-    cells = select(res, TABLE_SPECS[21].sweeps, model=model, tp=tp, batch=t.meta["B"], k=row["k"])
+    cells = complete_reps(select(res, TABLE_SPECS[21].sweeps, model=model, tp=tp, batch=t.meta["B"], k=row["k"]))
     system = SYSTEM_OF_NAME[row["system"]]
     tok = mean_of(cells, TOK, system=system)
     return {

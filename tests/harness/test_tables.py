@@ -472,3 +472,32 @@ def test_tagged_ab_cells_are_not_table_inputs(tmp_path):
     before, after = load_results(FIXTURE), load_results(root)
     assert len(after.cells) == len(before.cells)
     assert tables.render_csv(tables.build_table(3, after)) == tables.render_csv(tables.build_table(3, before))
+
+
+@pytest.mark.parametrize("number, sweep, extra", [(20, "table20", {"config.lp": 8192}), (21, "table21", {})])
+def test_k_tables_average_complete_reps_only(number, sweep, extra):
+    """Table 20/21 ratios come from one run: a rep missing its cascade cell (a device call ran
+    out of time) is left out of every system's mean, as in the grid tables."""
+    import pandas as pd
+
+    from harness.results import ResultSet
+
+    k = 64 if number == 20 else 4
+    rows = [("paged", 0, 100.0), ("cascade", 0, 100.0), ("granikv", 0, 200.0),
+            ("paged", 1, 100.0), ("cascade", 1, 100.0), ("granikv", 1, 220.0),
+            ("paged", 2, 90.0), ("granikv", 2, 100.0)]  # rep 2: no cascade cell
+    res = ResultSet(hardware="x", cells=pd.DataFrame([
+        {"sweep": sweep, "variant": s, "config.system": s, "config.model": "llama-3.1-8b", "config.tp": 1,
+         "config.batch": 256, "config.k": k, "config.rep": r, tables.TOK: x, "path": f"{s}{r}", **extra}
+        for s, r, x in rows]))
+    t = tables.build_table(number, res)
+    if number == 20:
+        by_key = {row.keys: row.cells for row in t.rows}
+        assert by_key[("throughput", "SGLang default", 64)][0].ours == pytest.approx(100.0)
+        assert by_key[("throughput", "GraniKV", 64)][0].ours == pytest.approx(210.0)
+        assert by_key[("ratio", "GraniKV / SGL", 64)][1].ours == pytest.approx(2.1)
+    else:
+        gkv = next(row for row in t.rows if row.keys[-1] == "GraniKV" and 4 in row.keys)
+        cols = [c.name for c in t.value_columns]
+        assert gkv.cells[cols.index("tok_s")].ours == pytest.approx(210.0)
+        assert gkv.cells[cols.index("x_default")].ours == pytest.approx(2.1)
