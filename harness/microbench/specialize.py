@@ -87,7 +87,6 @@ def make_case(classes: int, size: int, shape: Shape, k_cache, v_cache, device):
 
 
 def run(args) -> dict:
-    from granikv.kernels._common import LOG2E  # noqa: F401  (imports triton before timing)
     from granikv.kernels.prefix_cascade import CASCADE_CONFIG, prefix_cascade, prefix_max_splits
     from harness.microbench._timing import bench
 
