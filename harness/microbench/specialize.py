@@ -74,12 +74,12 @@ def kernel_pairs() -> dict[str, tuple]:
                             triton.jit(splits._combine_prefix_kernel.fn))}
 
 
-def make_case(classes: int, size: int, shape: Shape, k_cache, v_cache, device):
+def make_case(classes: int, size: int, shape: Shape, dtype, device):
     """q for classes x size requests and their slab classes (class c's slab at c * lp + 1)."""
     from granikv.kernels.prefix_classes import PrefixClasses
 
     n = classes * size
-    q = torch.randn(n, shape.hq, shape.d, dtype=k_cache.dtype, device=device)
+    q = torch.randn(n, shape.hq, shape.d, dtype=dtype, device=device)
     members = [list(range(c * size, (c + 1) * size)) for c in range(classes)]
     pc = PrefixClasses.from_lists(members, [shape.lp] * classes, device,
                                   slab_base=[1 + c * shape.lp for c in range(classes)])
@@ -100,7 +100,7 @@ def run(args) -> dict:
     v_cache = torch.randn_like(k_cache)
     scale = shape.d ** -0.5
     pairs = kernel_pairs()
-    cases = [(c, s, *make_case(c, s, shape, k_cache, v_cache, device)) for c, s in args.cases]
+    cases = [(c, s, *make_case(c, s, shape, dtype, device)) for c, s in args.cases]
     first_ms: dict[tuple, float] = {}
     times: dict[tuple, list[float]] = {}
     for rnd in range(args.reps):
