@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from harness import sharegpt
 from harness import workloads as wl
 from harness.tokenizer import Cl100kTokenizer, load_tokenizer
 from harness.workloads import HETERO_LADDERS, WorkloadConfig
@@ -156,9 +157,9 @@ def test_real_sharegpt_is_byte_identical(real_sharegpt, tmp_path):
 
 
 def test_parse_truncated_array():
-    items, truncated = wl._parse_json_array_prefix('[{"a": 1}, {"b": [2, 3]}]')
+    items, truncated = sharegpt._parse_json_array_prefix('[{"a": 1}, {"b": [2, 3]}]')
     assert items == [{"a": 1}, {"b": [2, 3]}] and truncated is False
-    items, truncated = wl._parse_json_array_prefix('[\n {"a": 1},\n {"b": [2, 3')
+    items, truncated = sharegpt._parse_json_array_prefix('[\n {"a": 1},\n {"b": [2, 3')
     assert items == [{"a": 1}] and truncated is True
 
 
