@@ -6,7 +6,7 @@ length and an arrival time. Files are generated on any host (no GPU, no network)
 function of `WorkloadConfig`: the same config gives byte-identical files, so every system in a
 sweep is fed exactly the same tokens.
 
-Kinds (only defaults and checks differ; the generator is one code path):
+Kinds (defaults, checks and how the prefixes are built differ; the generator is one code path):
 
 - `sharegpt`: one Lp-token system prompt + 500 ShareGPT-V3 user turns (turn 0 of
   conversations with >= 2 turns, 16 <= tokens <= 512, seed 42), Poisson arrivals (§4.4).
@@ -16,6 +16,13 @@ Kinds (only defaults and checks differ; the generator is one code path):
   Lp in {2K, 4K, 8K, 16K}; k=8 uses the 1K-16K ladder {1K, 2K, 3K, 4K, 6K, 8K, 12K, 16K}.
   The paper names the ladder's ends and its total only ("53.2K slab tokens"); this ladder is
   the one that totals 53,248 tokens, just as {2K, 4K, 8K, 16K} totals the 30,720 it quotes.
+- `agents`: nested sharing (issue #29): k agents share one Lp-token system prompt and each
+  adds its own La-token role prompt, so agent a's prefix is `common (Lp) + role_a (La)`;
+  request i belongs to agent i mod k (round-robin, as multiprefix: with the seeded ShareGPT
+  order and Poisson times this interleaves the agents evenly). Role prompts are distinct from
+  their first token on, so a radix tree branches exactly at Lp. `shared_prefix_len` (the hint)
+  is the whole agent prefix Lp + La; each request also records `shared_lp` (Lp) and
+  `agent_len` (La), so a hint A/B can choose either level.
 
 File format (JSON Lines, compact separators, fixed key order):
 
@@ -23,7 +30,9 @@ File format (JSON Lines, compact separators, fixed key order):
   "tokenizer": ..., "n_vocab": ..., "vocab_size": ..., "prefix_lengths": [...],
   "id_mapping": ..., "dataset": {...} | null, "num_requests": N}`;
 - then one request per line: `{"id", "input_ids", "prefix_id", "shared_prefix_len",
-  "output_len", "arrival": {"process", "t_unit"}, "source"}`.
+  "output_len", "arrival": {"process", "t_unit"}, "source"}`, with `"shared_lp", "agent_len"`
+  appended for kind `agents` (and `"shared_lp", "agent_len"` in its header). `la` appears in the
+  header's config for `agents` only, so files of the other kinds keep their bytes.
 
 `input_ids` is the whole prompt (prefix then suffix). `arrival.t_unit` is the send time of a
 Poisson process of rate 1 (cumulative Exp(1) gaps in whole microseconds, first request at 0;
@@ -62,7 +71,7 @@ from harness.sharegpt import load_conversations, user_turns
 from harness.tokenizer import load_tokenizer
 
 FORMAT_VERSION = 1
-KINDS = ("sharegpt", "burst", "multiprefix", "hetero")
+KINDS = ("sharegpt", "burst", "multiprefix", "hetero", "agents")
 SUFFIXES = ("sharegpt", "synthetic")
 ARRIVALS = ("poisson", "burst")
 
@@ -78,6 +87,7 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "burst": {"num_requests": 256, "suffix": "synthetic", "arrival": "burst"},
     "multiprefix": {"lp": 8192, "k": 4},
     "hetero": {"k": 4, "num_requests": 512},
+    "agents": {"lp": 8192, "la": 2048, "k": 8},
 }
 
 # Labels of the independent random streams (one SeedSequence per (seed, label, index)).
@@ -85,6 +95,8 @@ _STREAM_PROMPT = 1
 _STREAM_PROMPT_FIRST = 2
 _STREAM_SUFFIX = 3
 _STREAM_ARRIVAL = 4
+_STREAM_ROLE = 5
+_STREAM_ROLE_FIRST = 6
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,8 @@ class WorkloadConfig:
 
     kind: str = "sharegpt"
     num_requests: int = 500
-    lp: int = 16384                 # prefix length (all kinds but hetero)
+    lp: int = 16384                 # prefix length (all kinds but hetero); agents: the common part
+    la: int = 0                     # agents: each agent's role-prompt length after the common lp
     k: int = 1                      # number of distinct prefixes; request i gets prefix i mod k
     lps: tuple[int, ...] = ()       # hetero: prefix length of each class; () = the ladder of k
     suffix: str = "sharegpt"        # sharegpt: ShareGPT user turns; synthetic: suffix_len words
@@ -129,6 +142,10 @@ class WorkloadConfig:
                 raise ValueError(f"hetero needs len(lps) == k, got lps={self.lps} k={self.k}")
         elif self.lps:
             raise ValueError("lps is for kind=hetero; other kinds use lp")
+        if self.kind == "agents" and self.la < 1:
+            raise ValueError(f"agents needs la >= 1 (each agent's own role prompt), got la={self.la}")
+        if self.kind != "agents" and self.la != 0:
+            raise ValueError(f"la is for kind=agents; kind={self.kind} has no per-agent part")
         if min(self.prefix_lengths()) < 0 or self.suffix_len < 1:
             raise ValueError("prefix lengths must be >= 0 and suffix_len >= 1")
         if not 1 <= self.min_turn_tokens <= self.max_turn_tokens:
@@ -159,8 +176,17 @@ class WorkloadConfig:
         return cls(**d)
 
     def prefix_lengths(self) -> tuple[int, ...]:
-        """Length of each distinct prefix; request i uses prefix i mod k."""
-        return self.lps if self.kind == "hetero" else (self.lp,) * self.k
+        """Length of each distinct prefix; request i uses prefix i mod k (agents: lp + la)."""
+        if self.kind == "hetero":
+            return self.lps
+        return (self.lp + self.la,) * self.k
+
+    def record(self) -> dict[str, Any]:
+        """The config as the header stores it: `la` only for agents (other kinds' bytes unchanged)."""
+        d = asdict(self)
+        if self.kind != "agents":
+            del d["la"]
+        return d
 
 
 @dataclass
@@ -174,6 +200,8 @@ class Request:
     output_len: int
     arrival: dict[str, Any]
     source: str = ""
+    shared_lp: int | None = None    # agents: the common part of the prefix (Lp)
+    agent_len: int | None = None    # agents: the agent's own part (La); shared_prefix_len = Lp + La
 
     def arrival_offset(self, rate: float) -> float:
         """Seconds after the start of the run at which to send this request at `rate` req/s."""
@@ -194,6 +222,9 @@ class Request:
             "arrival": self.arrival,
             "source": self.source,
         }
+        if self.shared_lp is not None or self.agent_len is not None:
+            d["shared_lp"] = self.shared_lp
+            d["agent_len"] = self.agent_len
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -206,6 +237,8 @@ class Request:
             output_len=int(d["output_len"]),
             arrival=dict(d.get("arrival") or {"process": "burst", "t_unit": 0.0}),
             source=str(d.get("source", "")),
+            shared_lp=None if d.get("shared_lp") is None else int(d["shared_lp"]),
+            agent_len=None if d.get("agent_len") is None else int(d["agent_len"]),
         )
 
 
@@ -234,12 +267,15 @@ def _map_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
 
 
 def system_prompts(
-    lengths: Sequence[int], pool: Sequence[int], vocab_size: int, seed: int
+    lengths: Sequence[int], pool: Sequence[int], vocab_size: int, seed: int,
+    streams: tuple[int, int] = (_STREAM_PROMPT, _STREAM_PROMPT_FIRST),
 ) -> list[list[int]]:
     """Deterministic system prompts: prompt j has exactly lengths[j] ids drawn from `pool`.
 
     Prompts are "lexically distinct" from their first token on (after the vocab mapping), so a
     radix tree never sees two classes share a partial prefix. Needs len(lengths) <= vocab_size.
+    `streams` are the random streams of the ids and of first-token redraws (agents' role
+    prompts use their own, so they are not copies of the common prompt's opening).
     """
     if len([n for n in lengths if n > 0]) > vocab_size:
         raise ValueError("more distinct prefixes than token ids")
@@ -250,11 +286,11 @@ def system_prompts(
         if n == 0:
             prompts.append([])
             continue
-        ids = _map_ids(pool_arr[_raw(seed, _STREAM_PROMPT, j, n) % np.uint64(len(pool_arr))], vocab_size)
+        ids = _map_ids(pool_arr[_raw(seed, streams[0], j, n) % np.uint64(len(pool_arr))], vocab_size)
         redraw = 0
         while ids[0] in firsts:
             # Keep classes apart at token 0; the redraw stream makes the choice deterministic.
-            alt = _raw(seed, _STREAM_PROMPT_FIRST, j * 1_000_003 + redraw, 1)[0]
+            alt = _raw(seed, streams[1], j * 1_000_003 + redraw, 1)[0]
             ids[0] = int(pool_arr[int(alt % np.uint64(len(pool_arr)))]) % vocab_size
             redraw += 1
             if redraw > 100_000:  # pool too small for the requested k after mapping
@@ -285,13 +321,22 @@ def unit_arrivals(n: int, process: str, seed: int) -> list[float]:
     return [t / 1e6 for t in t_us[:n]]
 
 
+def _prompts(cfg: WorkloadConfig, pool: Sequence[int], vocab: int) -> list[list[int]]:
+    """The k distinct prefixes; for agents, the common Lp prompt followed by each role prompt."""
+    if cfg.kind != "agents":
+        return system_prompts(cfg.prefix_lengths(), pool, vocab, cfg.seed)
+    common = system_prompts([cfg.lp], pool, vocab, cfg.seed)[0]
+    roles = system_prompts([cfg.la] * cfg.k, pool, vocab, cfg.seed, streams=(_STREAM_ROLE, _STREAM_ROLE_FIRST))
+    return [common + role for role in roles]
+
+
 def build(cfg: WorkloadConfig) -> Workload:
     """Generate the workload (header + requests) for `cfg`."""
     tok = load_tokenizer(cfg.tokenizer_path)
     vocab = cfg.vocab_size or tok.n_vocab
     pool = tok.word_ids()
     lengths = cfg.prefix_lengths()
-    prompts = system_prompts(lengths, pool, vocab, cfg.seed)
+    prompts = _prompts(cfg, pool, vocab)
 
     dataset_info = None
     if cfg.suffix == "sharegpt":
@@ -319,16 +364,17 @@ def build(cfg: WorkloadConfig) -> Workload:
             Request(
                 id=f"{cfg.kind}-{i:0{width}d}",
                 input_ids=prompts[c] + suffixes[i],
-                prefix_id=f"p{c}" if lengths[c] > 0 else None,
+                prefix_id=(f"a{c}" if cfg.kind == "agents" else f"p{c}") if lengths[c] > 0 else None,
                 shared_prefix_len=lengths[c],
                 output_len=cfg.output_len,
                 arrival={"process": cfg.arrival, "t_unit": t_unit[i]},
                 source=sources[i],
+                **({"shared_lp": cfg.lp, "agent_len": cfg.la} if cfg.kind == "agents" else {}),
             )
         )
     header = {
         "granikv_workload": FORMAT_VERSION,
-        "config": asdict(cfg),
+        "config": cfg.record(),
         "tokenizer": tok.name,
         "n_vocab": tok.n_vocab,
         "vocab_size": vocab,
@@ -336,6 +382,7 @@ def build(cfg: WorkloadConfig) -> Workload:
         "id_mapping": "id % vocab_size" if vocab < tok.n_vocab else "identity",
         "dataset": dataset_info,
         "num_requests": cfg.num_requests,
+        **({"shared_lp": cfg.lp, "agent_len": cfg.la} if cfg.kind == "agents" else {}),
     }
     return Workload(header=header, requests=requests)
 
@@ -399,6 +446,8 @@ def workload_filename(cfg: WorkloadConfig) -> str:
     if cfg.kind != "sharegpt":
         parts.append(f"k{cfg.k}")
     parts.append("lp" + ("_".join(map(str, cfg.lps)) if cfg.kind == "hetero" else str(cfg.lp)))
+    if cfg.kind == "agents":
+        parts.append(f"la{cfg.la}")
     parts.append(f"n{cfg.num_requests}")
     for name, abbr in _ABBREV.items():
         if name in ("num_requests", "lp", "k"):
