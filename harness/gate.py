@@ -412,7 +412,8 @@ def write_report(report_json: str | None, report_md: str | None, exit_code: int,
         path = Path(report_md)
         path.parent.mkdir(parents=True, exist_ok=True)
         md = report.markdown(exit_code)
-        head = [f"- {k}: `{v}`" for k, v in context.items() if v not in (None, [], "")]
+        head = [f"- {k}: `{v if isinstance(v, str) else json.dumps(v)}`" for k, v in context.items()
+                if v not in (None, [], "", {})]
         if error:
             head.append(f"- error: {error}")
         title, rest = md.split("\n", 1)
