@@ -4,6 +4,7 @@
 #   snakemake --profile profiles/h200 all           # one H200: the headline GPU cells
 #   snakemake --profile profiles/paper table9       # one table's cells, full grid, 3 reps
 #   snakemake --profile profiles/h200 -n all        # the plan (dry run)
+#   snakemake --profile profiles/h200 gate          # the CI throughput gate (docs/gate.md)
 #
 # The profile's pipeline.yaml (its `configfile`) picks hardware, grid level, reps and GPUs;
 # harness/sweeps.py expands conf/sweep/*.yaml into cells. Each cell is one job running the
@@ -17,19 +18,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir)))
 
-from harness.sweeps import PipelineProfile, plan as make_plan  # noqa: E402
+from harness.sweeps import PipelineProfile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
 
 if not config:
     raise WorkflowError("no pipeline config: run with --profile profiles/<name> (cpu-smoke, h200, paper, a100-40gb)")
 
 PYTHON = config.get("python") or sys.executable
-PROFILE = PipelineProfile.from_dict({k: v for k, v in config.items() if k != "python"})
+# gate_* keys (e.g. --config gate_mode=both) set the `gate` target, not the pipeline profile
+PROFILE = PipelineProfile.from_dict({k: v for k, v in config.items() if k != "python" and not k.startswith("gate_")})
 PLAN = make_plan(PROFILE)
 R = PROFILE.results
 VIEW = PROFILE.view
 TABLES = f"{PROFILE.tables_dir}/{PROFILE.hardware}"
 PLOTS = f"{PROFILE.plots_dir}/{PROFILE.hardware}"
 CELLS = {(c.sweep, c.cell_id): c for c in PLAN.all_cells()}
+# The CI gate (docs/gate.md): conf/sweep/gate.yaml's cells, in their own folder R/gate/, never
+# part of `all`; gated against the committed baseline by harness.gate.
+GATE_CELLS = sweep_cells(load_sweep("gate"), PROFILE)
+CELLS.update({(c.sweep, c.cell_id): c for c in GATE_CELLS})
+GATE_BASELINE = config.get("gate_baseline") or f"{PROFILE.results_dir}/baselines/{PROFILE.hardware}.json"
+GATE_MODE = config.get("gate_mode", "ratio")
+GATE_REPORT = f"{R}/gate/report"
 TABLE_SWEEPS = PLAN.table_sweeps()
 ALL_TABLES = sorted(TABLE_SWEEPS)
 # Stand-in profiles (cpu-smoke) render tables from the paper-unit view of their results.
@@ -53,7 +62,7 @@ def table_inputs(n):
 ALL_INPUTS = cell_files(PLAN.all_cells()) + microbench_files(PLAN.sweeps)
 
 wildcard_constraints:
-    sweep=r"table\d+|adhoc",
+    sweep=r"table\d+|adhoc|gate",
     cell=r"[A-Za-z0-9._\-]+",
     n=r"\d+",
     name=r"[A-Za-z0-9_\-]+",
@@ -76,6 +85,27 @@ for _n in ALL_TABLES:
         name: f"table{_n}"
         input:
             f"{TABLES}/table{_n}.md",
+
+
+def gate_command():
+    """harness.gate over the gate's cells (exit 1 on a regression, 2 when it cannot judge). A
+    stand-in profile (cpu-smoke) without a baseline skips the verdict: its numbers show the
+    plumbing works, not how fast anything is, so no CPU baseline is committed."""
+    if PROFILE.stand_in and not Path(GATE_BASELINE).exists():
+        return (f"echo 'gate: skipped: no baseline {GATE_BASELINE} for the stand-in profile {PROFILE.name}; "
+                f"write one with: {PYTHON} -m harness.gate --results {R} --sweep gate --cells gate "
+                f"--profile {PROFILE.name} --baseline {GATE_BASELINE} --write-baseline'")
+    return (f"{PYTHON} -m harness.gate --results {R} --sweep gate --baseline {GATE_BASELINE} --mode {GATE_MODE} "
+            f"--json {GATE_REPORT}/report.json --markdown {GATE_REPORT}/report.md")
+
+
+rule gate:
+    """Measure the gate's cells and gate them. No output files: the rule runs on every call, and
+    the report it writes survives a failing verdict (Snakemake deletes a failed job's outputs)."""
+    input:
+        cell_files(GATE_CELLS),
+    shell:
+        gate_command()
 
 
 rule cell:

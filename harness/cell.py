@@ -521,7 +521,8 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         # never to an external server that may reject unknown fields
         send_prefix_hint=bool(cfg.client.send_prefix_hint) and cfg.system.kind == "engine",
         request_timeout_s=float(cfg.client.request_timeout_s),
-        progress=bool(cfg.client.progress))
+        progress=bool(cfg.client.progress), api=str(cfg.client.get("api") or "generate"),
+        model=cfg.client.get("model") or cfg.model.name)
 
     gpu_at_start = check_gpus_idle(cfg)
     t0 = time.monotonic()

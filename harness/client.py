@@ -1,4 +1,5 @@
-"""Streaming load generator for the SGLang-native HTTP API (`POST /generate`).
+"""Streaming load generator for the SGLang-native HTTP API (`POST /generate`) or the OpenAI one
+(`POST /v1/completions`).
 
 The same client drives every system (paged, cascade, granikv in the bundled engine, and a real
 SGLang server), so differences in the numbers come from the servers, not from the client.
@@ -9,6 +10,17 @@ It sends what SGLang's `bench_serving --backend sglang` sends for token-id promp
 
 plus, only when `send_prefix_hint` is set, `"shared_prefix_len": Lp` (the explicit HOT-prefix
 boundary of DESIGN.md §4; off by default so the payload is exactly bench_serving's).
+
+With `api="completions"` it sends what `bench_serving --backend vllm` (OpenAI completions) sends
+for token-id prompts, plus `stream_options.include_usage` for an exact token count:
+
+    {"model": M, "prompt": [...], "max_tokens": N, "temperature": 0.0, "ignore_eos": true,
+     "stream": true, "stream_options": {"include_usage": true}}
+
+(`ignore_eos` is an extra field SGLang and vLLM accept; the hint goes in the body the same way).
+Each OpenAI chunk carries only its own text (`choices[0].text`): a chunk with text is one arrival
+(TTFT, ITL), and the output token count is the final usage chunk's `completion_tokens` (the
+count of chunks with text when a server sends no usage), as bench_serving counts them.
 
 Run shape (bench_serving's): warm-up requests (the first workload request, at most
 `warmup_output_len` tokens, excluded from metrics) -> optional `POST /flush_cache` -> the
@@ -40,6 +52,7 @@ from harness.workloads import Request, read_workload
 
 # Streamed lines can be long (cumulative text); bench_serving raises aiohttp's 64 KiB default too.
 _READ_BUFSIZE = 10 * 1024**2
+APIS = {"generate": "/generate", "completions": "/v1/completions"}  # api -> path
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,8 @@ class ClientConfig:
     temperature: float = 0.0
     ignore_eos: bool = True
     progress: bool = True              # tqdm on stderr, only when stderr is a tty
+    api: str = "generate"              # "generate": POST /generate; "completions": POST /v1/completions
+    model: str | None = None           # completions' "model" field (vLLM checks it); None: "default"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate", float(self.rate))
@@ -66,6 +81,8 @@ class ClientConfig:
             raise ValueError("max_concurrency must be >= 1 or None")
         if self.warmup_requests < 0 or self.request_timeout_s <= 0:
             raise ValueError("warmup_requests must be >= 0 and request_timeout_s > 0")
+        if self.api not in APIS:
+            raise ValueError(f"api must be one of {sorted(APIS)}, got {self.api!r}")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -113,8 +130,16 @@ class BenchmarkResult:
 
 
 def build_payload(req: Request, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
-    """The JSON body of `POST /generate` for `req`."""
-    payload: dict[str, Any] = {
+    """The JSON body of `POST /generate` (or `/v1/completions`, per `cfg.api`) for `req`."""
+    payload: dict[str, Any]
+    if cfg.api == "completions":
+        payload = {"model": cfg.model or "default", "prompt": req.input_ids, "max_tokens": max_new_tokens,
+                   "temperature": cfg.temperature, "ignore_eos": cfg.ignore_eos, "stream": True,
+                   "stream_options": {"include_usage": True}}
+        if cfg.send_prefix_hint and req.shared_prefix_len > 0:
+            payload["shared_prefix_len"] = req.shared_prefix_len
+        return payload
+    payload = {
         "input_ids": req.input_ids,
         "sampling_params": {
             "max_new_tokens": max_new_tokens,
@@ -144,7 +169,7 @@ async def send_request(
                 rec.end = time.perf_counter()
                 rec.error = f"HTTP {resp.status}: {body[:300]}"
                 return rec
-            await _read_stream(resp, rec)
+            await _read_stream(resp, rec, cfg.api)
     except TimeoutError:
         rec.end = time.perf_counter()
         rec.success = False
@@ -194,12 +219,16 @@ class _Events:
         line = raw.strip()
         if not line.startswith(b"data:"):
             return False  # blank separators, SSE comments/other fields
-        rec = self.rec
-        rec.end = now
+        self.rec.end = now
         data = line[5:].strip()
         if data == b"[DONE]":
             self.done = True
             return True
+        return self.data(data, now)
+
+    def data(self, data: bytes, now: float) -> bool:
+        """One SGLang-native chunk (cumulative text; `meta_info` last, read from the tail)."""
+        rec = self.rec
         obj = _chunk(data)
         if obj.get("error"):
             rec.error = f"server error in stream: {str(obj['error'])[:300]}"
@@ -236,11 +265,42 @@ class _Events:
         rec.success = True
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord) -> None:
+class _CompletionEvents(_Events):
+    """An OpenAI `/v1/completions` stream. A chunk holds only its own text, so its size (and a full
+    parse) stays flat as the output grows: no tail trick is needed to keep the reader cheap."""
+
+    __slots__ = ()
+
+    def data(self, data: bytes, now: float) -> bool:
+        rec = self.rec
+        obj = json.loads(data)
+        if not isinstance(obj, dict):
+            return False
+        if obj.get("error"):
+            rec.error = f"server error in stream: {str(obj['error'])[:300]}"
+            return True
+        choices = obj.get("choices")
+        if choices and isinstance(choices[0], dict) and choices[0].get("text"):
+            rec.chunk_times.append(now - rec.start)
+            rec.chunk_tokens.append(1)  # the chunk's token count is not sent; usage gives the total
+            self.content_chunks += 1
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            if usage.get("completion_tokens") is not None:
+                self.last_completion = int(usage["completion_tokens"])
+            if usage.get("prompt_tokens") is not None:
+                rec.prompt_tokens = int(usage["prompt_tokens"])
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and details.get("cached_tokens") is not None:
+                rec.cached_tokens = int(details["cached_tokens"])
+        return False
+
+
+async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, api: str = "generate") -> None:
     """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts. Reads
     whatever bytes arrived (`iter_any`) and splits the lines itself: one await per read, not
     two per event (the data line and its blank separator)."""
-    events = _Events(rec)
+    events = _CompletionEvents(rec) if api == "completions" else _Events(rec)
     pending = b""
     async for piece in resp.content.iter_any():
         now = time.perf_counter()
@@ -267,7 +327,7 @@ async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientC
     `on_warmed` is awaited after the warm-up (and flush), right before the measured run: the
     cell snapshots the engine's counters there, so the run's own steps can be told apart."""
     base = base_url.rstrip("/")
-    url = base + "/generate"
+    url = base + APIS[cfg.api]
     connector = aiohttp.TCPConnector(limit=0)  # the semaphore is the only cap (default is 100)
     async with aiohttp.ClientSession(connector=connector, read_bufsize=_READ_BUFSIZE) as session:
         warmup: list[RequestRecord] = []
@@ -388,6 +448,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warmup-output-len", type=int, default=32)
     ap.add_argument("--flush-cache", action="store_true")
     ap.add_argument("--send-prefix-hint", action="store_true")
+    ap.add_argument("--api", choices=sorted(APIS), default="generate",
+                    help="generate: POST /generate (SGLang-native); completions: POST /v1/completions (OpenAI)")
+    ap.add_argument("--model", default=None, help="the completions API's model name (default: 'default')")
     ap.add_argument("--request-timeout", type=float, default=3600.0)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="override the workload's output_len")
     ap.add_argument("--no-progress", action="store_true")
@@ -407,6 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         request_timeout_s=args.request_timeout,
         max_new_tokens=args.max_new_tokens,
         progress=not args.no_progress,
+        api=args.api,
+        model=args.model,
     )
     result = aio.run(run_benchmark(args.url, reqs, cfg))
     print(format_summary(result))

@@ -27,8 +27,14 @@ Baseline file (`results/baselines/<hardware>.json`, written by `--write-baseline
      "cells": [{"key": {"sweep": "table3", "model": "llama-3.1-8b", ...},
                 "ratio": 2.16, "absolute": {"paged": 1362.0, "granikv": 2943.0}}, ...]}
 
+A baseline can be restricted to the cells of one sweep file (`--cells gate`: the CI gate's
+cells, conf/sweep/gate.yaml, as a pipeline profile plans them). Such a baseline keys cells
+without `sweep`, so cells measured by the `gate` sweep match the same configurations measured by
+the reproduction sweeps (table9, table20): a cell is the same cell whichever sweep ran it.
+
 CLI: `python -m harness.gate --results results/<hw> --baseline results/baselines/<hw>.json
-[--mode ratio|absolute|both] [--tolerance 0.05] [--write-baseline [--force]]`.
+[--mode ratio|absolute|both] [--tolerance 0.05] [--json F] [--markdown F]
+[--write-baseline [--force] [--cells SWEEP [--profile NAME]]]`.
 """
 
 from __future__ import annotations
@@ -38,26 +44,34 @@ import dataclasses
 import json
 import math
 import numbers
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from harness.results import ResultFileError, load_cells
 
+if TYPE_CHECKING:
+    from harness.sweeps import Cell
+
 FORMAT = "granikv-gate-baseline/1"
 METRIC = "metrics.output_throughput"
 DEFAULT_KEY_FIELDS: tuple[str, ...] = ("sweep", "model", "tp", "workload", "lp", "batch", "k", "rate",
                                        "num_prompts", "output_len")
+# a baseline written for a sweep file's cells (--cells) matches them whichever sweep measured them
+CELL_KEY_FIELDS: tuple[str, ...] = tuple(f for f in DEFAULT_KEY_FIELDS if f != "sweep")
+REPORT_FORMAT = "granikv-gate-report/1"
 DEFAULT_TOLERANCE = 0.05
 DEFAULT_ABS_TOLERANCE = 0.10
 MODES = ("ratio", "absolute", "both")
 _EPS = 1e-9  # relative slack so a value exactly on the threshold passes despite float rounding
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+VERDICTS = {EXIT_PASS: "PASS", EXIT_REGRESSION: "FAIL (regression)", EXIT_ERROR: "ERROR (missing data)"}
 
 
 class GateError(Exception):
@@ -70,6 +84,11 @@ Key = tuple[tuple[str, Any], ...]
 def _norm_value(v: Any) -> Any:
     if isinstance(v, bool) or v is None:
         return v
+    if isinstance(v, str):  # "inf" (the YAML's rate) and inf are the same rate
+        try:
+            v = float(v)
+        except ValueError:
+            return v
     if isinstance(v, numbers.Real):
         f = float(v)
         return None if math.isnan(f) else f
@@ -253,18 +272,45 @@ class GateReport:
             return EXIT_ERROR  # nothing was compared: never a silent pass
         return EXIT_PASS
 
+    def _sorted(self) -> list[Check]:
+        order = {"REGRESSION": 0, "missing": 1, "improved": 2, "ok": 3}
+        return sorted(self.checks, key=lambda c: (order[c.status], c.mode, key_text(c.key)))
+
+    def summary(self) -> str:
+        statuses = ("REGRESSION", "missing", "improved", "ok")
+        return ", ".join(f"{self.count(s)} {s.lower()}" for s in statuses)
+
+    def to_json(self, exit_code: int, **context: Any) -> dict[str, Any]:
+        """The report as a result file: every check with its numbers, the verdict and `context`
+        (which results, which baseline, which mode)."""
+        return {"format": REPORT_FORMAT, "verdict": VERDICTS[exit_code], "exit_code": exit_code, **context,
+                "counts": {s: self.count(s) for s in ("REGRESSION", "missing", "improved", "ok")},
+                "checks": [{"status": c.status, "mode": c.mode, "what": c.label, "baseline": c.baseline,
+                            "current": c.current, "threshold": c.threshold, "tolerance": c.tolerance,
+                            "cell": {f: v for f, v in c.key if v is not None}} for c in self._sorted()],
+                "notes": list(self.notes)}
+
+    def markdown(self, exit_code: int, title: str = "Throughput gate") -> str:
+        lines = [f"# {title}: {VERDICTS[exit_code]}", "",
+                 f"{len(self.checks)} checks: {self.summary()}.", "",
+                 "| status | mode | what | baseline | current | change | min ok | cell |",
+                 "|---|---|---|--:|--:|--:|--:|---|"]
+        for c in self._sorted():
+            cur = "—" if c.current is None else f"{c.current:.4g}"
+            change = "" if c.current is None else f"{100 * (c.current / c.baseline - 1):+.1f}%"
+            lines.append(f"| {c.status} | {c.mode} | {c.label} | {c.baseline:.4g} | {cur} | {change} | "
+                         f"{c.threshold:.4g} | {key_text(c.key)} |")
+        return "\n".join([*lines, "", *(f"- {n}" for n in self.notes)]).rstrip() + "\n"
+
     def text(self) -> str:
         lines = [f"{'status':<10} {'mode':<8} {'what':<14} {'baseline':>10} {'current':>10} {'change':>8} "
                  f"{'min ok':>10}  cell"]
-        order = {"REGRESSION": 0, "missing": 1, "improved": 2, "ok": 3}
-        for c in sorted(self.checks, key=lambda c: (order[c.status], c.mode, key_text(c.key))):
+        for c in self._sorted():
             cur = "—" if c.current is None else f"{c.current:.4g}"
             change = "" if c.current is None else f"{100 * (c.current / c.baseline - 1):+.1f}%"
             lines.append(f"{c.status:<10} {c.mode:<8} {c.label:<14} {c.baseline:>10.4g} {cur:>10} "
                          f"{change:>8} {c.threshold:>10.4g}  {key_text(c.key)}")
-        statuses = ("REGRESSION", "missing", "improved", "ok")
-        summary = ", ".join(f"{self.count(s)} {s.lower()}" for s in statuses)
-        return "\n".join([*lines, "", f"gate: {len(self.checks)} checks: {summary}", *self.notes]) + "\n"
+        return "\n".join([*lines, "", f"gate: {len(self.checks)} checks: {self.summary()}", *self.notes]) + "\n"
 
 
 def compare(baseline: Baseline, cells: pd.DataFrame, *, mode: str = "ratio", hardware: str | None = None,
@@ -304,6 +350,76 @@ def compare(baseline: Baseline, cells: pd.DataFrame, *, mode: str = "ratio", har
     return GateReport(checks=tuple(checks), notes=tuple(notes))
 
 
+_REP = re.compile(r"(-k\d+)-r\d+")
+
+
+def point_id(cell_id: str) -> str:
+    """A cell id without its repetition (`...-k1-r2` -> `...-k1`): every rep of a configuration
+    shares it, whichever sweep ran it (harness.sweeps.cell_id)."""
+    return _REP.sub(r"\1", cell_id, count=1)
+
+
+def planned_cells(sweep: str, profile: str) -> list[Cell]:
+    """The cells the pipeline profile `profile` runs for conf/sweep/<sweep>.yaml."""
+    from harness.sweeps import load_profile, load_sweep, sweep_cells
+
+    try:
+        return sweep_cells(load_sweep(sweep), load_profile(profile))
+    except (FileNotFoundError, ValueError) as e:
+        raise GateError(f"cannot plan the cells of sweep {sweep!r} under profile {profile!r}: {e}") from e
+
+
+def select_cells(cells: pd.DataFrame, wanted: Sequence[Cell], fields: Sequence[str]) -> pd.DataFrame:
+    """The rows of `cells` that are one of the `wanted` configurations (any rep): same cell id but
+    the rep, and the same value for every key field the planned cell sets (num_prompts and
+    output_len are not in the id). GateError when a wanted configuration has no cell, or has
+    cells from two sweeps (e.g. a profiled re-run beside the grid's: pass --sweep to pick)."""
+    want: dict[str, dict[str, Any]] = {}
+    for c in wanted:
+        want[point_id(c.cell_id)] = {f: _norm_value(c.values[f]) for f in fields if f in c.values}
+    keep, sweeps_of = [], {}
+    for i, row in cells.iterrows():
+        pid = point_id(str(row["cell_id"]))
+        spec = want.get(pid)
+        if spec is None:
+            continue
+        kv = _key_values(row, fields)
+        if all(_norm_value(kv.get(f)) == v for f, v in spec.items()):
+            keep.append(i)
+            sweeps_of.setdefault(pid, set()).add(str(row["sweep"]))
+    missing = sorted(set(want) - set(sweeps_of))
+    if missing:
+        raise GateError(f"{len(missing)} of the {len(want)} wanted cell(s) have no result, e.g. {missing[0]}")
+    mixed = {pid: sorted(sw) for pid, sw in sweeps_of.items() if len(sw) > 1}
+    if mixed:
+        pid, sw = next(iter(sorted(mixed.items())))
+        raise GateError(f"{len(mixed)} wanted cell(s) were measured by more than one sweep, e.g. {pid} in {sw}; "
+                        "pick the sweeps with --sweep")
+    return cells.loc[keep].reset_index(drop=True)
+
+
+def write_report(report_json: str | None, report_md: str | None, exit_code: int,
+                 report: GateReport | None, context: Mapping[str, Any], error: str | None = None) -> None:
+    """Write the JSON and Markdown reports (whichever is asked for), also when the gate could not
+    judge: CI keeps them as the evidence of the verdict."""
+    report = report or GateReport(checks=())
+    ctx = {**context, **({"error": error} if error else {})}
+    if report_json:
+        path = Path(report_json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report.to_json(exit_code, **ctx), indent=1) + "\n", encoding="utf-8")
+    if report_md:
+        path = Path(report_md)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        md = report.markdown(exit_code)
+        head = [f"- {k}: `{v if isinstance(v, str) else json.dumps(v)}`" for k, v in context.items()
+                if v not in (None, [], "", {})]
+        if error:
+            head.append(f"- error: {error}")
+        title, rest = md.split("\n", 1)
+        path.write_text("\n".join([title, "", *head, rest]), encoding="utf-8")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True, help="results/<hardware> directory")
@@ -314,49 +430,77 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--sweep", action="append", help="only these sweeps (repeatable)")
     p.add_argument("--hardware", help="hardware key of the results (default: the results directory name)")
     p.add_argument("--allow-missing", action="store_true", help="baseline cells absent from the results pass")
+    p.add_argument("--json", dest="report_json", help="also write the report as JSON here")
+    p.add_argument("--markdown", dest="report_md", help="also write the report as Markdown here")
     p.add_argument("--write-baseline", action="store_true",
                    help="write the baseline from the results instead")
     p.add_argument("--force", action="store_true", help="with --write-baseline: overwrite an existing file")
-    p.add_argument("--key", nargs="+", default=list(DEFAULT_KEY_FIELDS),
-                   help="cell key fields for --write-baseline (config keys, plus 'sweep')")
+    p.add_argument("--cells", metavar="SWEEP",
+                   help="with --write-baseline: only the cells conf/sweep/SWEEP.yaml plans (keyed without "
+                        "'sweep', so that sweep's runs match them)")
+    p.add_argument("--profile", help="with --cells: the pipeline profile that plans them (default: the "
+                                     "results directory name, e.g. h200)")
+    p.add_argument("--key", nargs="+", default=None,
+                   help="cell key fields for --write-baseline (config keys, plus 'sweep'; default: "
+                        f"{' '.join(DEFAULT_KEY_FIELDS)}, without 'sweep' with --cells)")
     try:
         args = p.parse_args(argv)
     except SystemExit as e:  # argparse exits 2 on usage errors already; keep 0 for --help
         return int(e.code or 0)
+    results_dir = Path(args.results)
+    hardware = args.hardware or results_dir.name
+    context = {"results": str(results_dir), "sweeps": args.sweep or [], "baseline": str(args.baseline),
+               "mode": args.mode}
     try:
-        results_dir = Path(args.results)
-        hardware = args.hardware or results_dir.name
         cells = load_cells(results_dir, args.sweep)
         if not len(cells):
             only = f" for sweeps {args.sweep}" if args.sweep else ""
             raise GateError(f"no result cells under {results_dir}{only}")
         if args.write_baseline:
-            out = Path(args.baseline)
-            if out.exists() and not args.force:
-                raise GateError(f"{out} exists; pass --force to overwrite it")
-            base = build_baseline(cells, hardware, key_fields=args.key,
-                                  tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
-                                  abs_tolerance=DEFAULT_ABS_TOLERANCE if args.abs_tolerance is None
-                                  else args.abs_tolerance,
-                                  source=None)
-            base = dataclasses.replace(base, source={**base.source, "results": str(results_dir)})
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(base.to_json(), indent=1) + "\n", encoding="utf-8")
-            n_ratio = sum(1 for c in base.cells if c.ratio is not None)
-            print(f"wrote {out}: {len(base.cells)} cells "
-                  f"({n_ratio} with a {base.numerator}/{base.denominator} ratio)")
-            return EXIT_PASS
+            return _write_baseline(args, cells, results_dir, hardware)
+        if args.cells:
+            raise GateError("--cells selects the cells of a baseline; use it with --write-baseline")
         baseline = load_baseline(args.baseline)
         report = compare(baseline, cells, mode=args.mode, hardware=hardware, tolerance=args.tolerance,
                          abs_tolerance=args.abs_tolerance)
+        context["current"] = {col: sorted({str(v) for v in cells[f"env.{col}"].dropna()})
+                              for col in ("git_sha", "gpu") if f"env.{col}" in cells.columns}
+        context["baseline_source"] = dict(baseline.source)
     except (GateError, ResultFileError, FileNotFoundError) as e:
         print(f"gate error: {e}", file=sys.stderr)
+        if not args.write_baseline:
+            write_report(args.report_json, args.report_md, EXIT_ERROR, None, context, error=str(e))
         return EXIT_ERROR
     print(report.text(), end="")
     code = report.exit_code(args.allow_missing)
-    print({EXIT_PASS: "gate: PASS", EXIT_REGRESSION: "gate: FAIL (regression)",
-           EXIT_ERROR: "gate: ERROR (missing data)"}[code])
+    write_report(args.report_json, args.report_md, code, report, context)
+    print(f"gate: {VERDICTS[code]}")
     return code
+
+
+def _write_baseline(args: argparse.Namespace, cells: pd.DataFrame, results_dir: Path, hardware: str) -> int:
+    out = Path(args.baseline)
+    if out.exists() and not args.force:
+        raise GateError(f"{out} exists; pass --force to overwrite it")
+    key_fields = args.key or (CELL_KEY_FIELDS if args.cells else DEFAULT_KEY_FIELDS)
+    extra: dict[str, Any] = {"results": str(results_dir)}
+    if args.cells:
+        profile = args.profile or results_dir.name
+        cells = select_cells(cells, planned_cells(args.cells, profile), key_fields)
+        extra.update(cells_of={"sweep": args.cells, "profile": profile},
+                     sweeps=sorted({str(s) for s in cells["sweep"]}))
+    elif args.profile:
+        raise GateError("--profile only goes with --cells")
+    base = build_baseline(cells, hardware, key_fields=key_fields,
+                          tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
+                          abs_tolerance=DEFAULT_ABS_TOLERANCE if args.abs_tolerance is None else args.abs_tolerance,
+                          source=None)
+    base = dataclasses.replace(base, source={**base.source, **extra})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(base.to_json(), indent=1) + "\n", encoding="utf-8")
+    n_ratio = sum(1 for c in base.cells if c.ratio is not None)
+    print(f"wrote {out}: {len(base.cells)} cells ({n_ratio} with a {base.numerator}/{base.denominator} ratio)")
+    return EXIT_PASS
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from pathlib import Path
 from harness.ab import SYSTEMS, write_or_print
 from harness.remeasure import cell_entry
 
-# result folders under results/<hw>/ that hold no serving cells of the paper's sweeps
-SKIP_FOLDERS = frozenset({"history", "microbench", "engine", "batch-logs", "adhoc", "ncu"})
+# result folders under results/<hw>/ that hold no serving cells of the paper's sweeps (gate: the CI
+# gate's one-rep runs, docs/gate.md)
+SKIP_FOLDERS = frozenset({"history", "microbench", "engine", "batch-logs", "adhoc", "ncu", "gate"})
 
 
 @dataclass

@@ -4,8 +4,11 @@ It runs an aiohttp app on 127.0.0.1 (random free port) in a background thread wi
 event loop, so tests can call the client with plain `asyncio.run`. `POST /generate` streams
 `data: {...}` events in SGLang's shape (cumulative `text`, `output_ids`,
 `meta_info.{prompt_tokens, completion_tokens, cached_tokens}`) then `data: [DONE]`.
+`POST /v1/completions` streams OpenAI chunks (`choices[0].text`: only the chunk's new text,
+`usage: null`), then, when `stream_options.include_usage` is set (and `send_meta`), a usage chunk
+with empty `choices`, then `data: [DONE]`.
 
-The first input id selects a failure mode (ids are otherwise ignored):
+The first input id (or prompt id) selects a failure mode (ids are otherwise ignored):
 HTTP_500 -> status 500; DISCONNECT -> two tokens then the socket is closed;
 NO_DONE -> the stream ends cleanly but without [DONE]; HANG -> never answers.
 """
@@ -59,11 +62,35 @@ class FakeServer:
         finally:
             self.in_flight -= 1
 
-    async def _stream(self, request: web.Request, body: dict) -> web.StreamResponse:
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.payloads.append(body)
+        self.events.append("completions")
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._stream(request, body, openai=True)
+        finally:
+            self.in_flight -= 1
+
+    def _chunk(self, body: dict, ids: list[int], sent: int, step: int, openai: bool) -> dict:
+        if openai:
+            return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body.get("model"),
+                    "choices": [{"index": 0, "text": "x" * step, "finish_reason": None}], "usage": None}
+        chunk = {"text": "x" * sent, "output_ids": list(range(sent)), "index": 0}
+        if self.timings.send_meta:
+            chunk["meta_info"] = {
+                "prompt_tokens": len(ids),
+                "completion_tokens": sent,
+                "cached_tokens": self.timings.cached_tokens,
+            }
+        return chunk
+
+    async def _stream(self, request: web.Request, body: dict, openai: bool = False) -> web.StreamResponse:
         t = self.timings
-        ids = body["input_ids"]
+        ids = body["prompt"] if openai else body["input_ids"]
         mode = ids[0] if ids else 0
-        n = int(body["sampling_params"]["max_new_tokens"])
+        n = int(body["max_tokens"] if openai else body["sampling_params"]["max_new_tokens"])
         if mode == HTTP_500:
             return web.Response(status=500, text="injected failure")
         if mode == HANG:
@@ -77,17 +104,17 @@ class FakeServer:
                 await asyncio.sleep(t.inter_token_delay)
             step = min(t.tokens_per_chunk, n - sent)
             sent += step
-            chunk = {"text": "x" * sent, "output_ids": list(range(sent)), "index": 0}
-            if t.send_meta:
-                chunk["meta_info"] = {
-                    "prompt_tokens": len(ids),
-                    "completion_tokens": sent,
-                    "cached_tokens": t.cached_tokens,
-                }
+            chunk = self._chunk(body, ids, sent, step, openai)
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if mode == DISCONNECT and sent >= 2:
                 request.transport.close()
                 return resp
+        if openai and t.send_meta and (body.get("stream_options") or {}).get("include_usage"):
+            usage = {"prompt_tokens": len(ids), "completion_tokens": sent, "total_tokens": len(ids) + sent,
+                     "prompt_tokens_details": {"cached_tokens": t.cached_tokens}}
+            final = {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body.get("model"),
+                     "choices": [], "usage": usage}
+            await resp.write(f"data: {json.dumps(final)}\n\n".encode())
         if mode != NO_DONE:
             await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
@@ -107,6 +134,7 @@ class FakeServer:
             asyncio.set_event_loop(self._loop)
             app = web.Application()
             app.router.add_post("/generate", self._generate)
+            app.router.add_post("/v1/completions", self._completions)
             app.router.add_post("/flush_cache", self._flush)
             # handler_cancellation: a client that gives up (timeout) cancels the HANG handler;
             # a short shutdown_timeout keeps stop() fast.
