@@ -92,6 +92,12 @@ class Server:
             self._failure_logged = True
             log.error("the engine failed; requests are answered 503 from now on:\n%s", fatal)
 
+    def check_alive(self) -> None:
+        """Refuse new work once the engine failed (503): nothing would ever answer it."""
+        if getattr(self.loop, "fatal", None):
+            self.engine_error_seen()
+            raise EngineUnavailable()
+
     def event_failure(self, error: str) -> ApiError:
         """The answer to an engine Event's error (errors.event_error), logging an engine failure."""
         if error == ENGINE_FAILURE or getattr(self.loop, "fatal", None):
@@ -288,6 +294,7 @@ class Server:
                 # a second stream under one id would take the first's queue, and the engine's
                 # duplicate-id error would then close it: the first client would hang
                 raise BadRequest(f"request id {g.rid!r} is already in flight", "rid")
+            self.check_alive()
         except ApiError as e:
             return native_response(e)
         q = self.loop.submit(g.rid, g.input_ids, g.params, g.shared_prefix_len)

@@ -38,9 +38,9 @@ def engine_info(engine) -> dict:
     """What the HTTP side needs to know about the engine (validation limits, names)."""
     dev = getattr(engine, "device", "cpu")
     return {"vocab_size": engine.spec.vocab_size, "max_context": engine.config.max_context,
-            "max_position_embeddings": engine.spec.max_position_embeddings,
+            "max_position_embeddings": getattr(engine.spec, "max_position_embeddings", None),
             "model": engine.spec.name, "device_type": getattr(dev, "type", str(dev)),
-            "kernel_impl": engine.config.kernel_impl}
+            "kernel_impl": getattr(engine.config, "kernel_impl", None)}
 
 
 def profile_window(engine, step, steps: int) -> dict:

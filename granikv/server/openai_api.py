@@ -146,6 +146,7 @@ class OpenAIRoutes:
                 max_new = req.max_tokens if req.max_tokens is not None else s.context_limit - len(p.ids)
                 s.check_context(len(p.ids), max(max_new, 1), req.max_tokens_name)
                 plans.append((p, max_new))
+            s.check_alive()
         except ApiError as e:
             return openai_response(e)
         queues = []
