@@ -5,7 +5,7 @@ interpreter, and only when TRITON_INTERPRET=1 is set before triton is first impo
 "torch" (the float32 references). A CPU server used to build a "triton" engine without the
 interpreter, so its first step died. With `--kernel-impl auto` (the server's default) a host
 without CUDA gets the torch path: it is the kernels' reference, needs no environment variable,
-and on the tiny model decodes about 5x faster than the interpreter. An explicit
+and decodes faster than the interpreter. An explicit
 `--kernel-impl triton` on a CPU is honoured by setting TRITON_INTERPRET=1 before the engine
 imports triton (the engine process, or the server process with `--engine-thread`, has not
 imported it yet: the server side never imports torch or triton).
