@@ -32,6 +32,8 @@ class SamplingParams:
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    top_p: float = 1.0
+    logprobs: int | None = None  # None: none; 0: the sampled token's; k in 1..20: plus the top k
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:

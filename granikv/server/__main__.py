@@ -1,13 +1,17 @@
 """`python -m granikv.server --model llama-3.1-8b --system granikv [--port 30000]`
 
-Binds 127.0.0.1 unless --host says otherwise; stops cleanly on SIGINT/SIGTERM (the engine
-thread finishes its step, the listener closes, worker processes exit).
+Serves SGLang's native API (/generate, /get_model_info, /health_generate, ...), the OpenAI API
+(/v1/models, /v1/completions, /v1/chat/completions) and Prometheus /metrics. Runs on a CPU
+host as it is (`--device cpu`: the torch reference kernels, engine_setup.py) and says which
+kernel path it runs at start. Binds 127.0.0.1 unless --host says otherwise; stops cleanly on
+SIGINT/SIGTERM (the engine thread finishes its step, the listener closes, worker processes exit).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import signal
 import sys
@@ -16,7 +20,7 @@ from aiohttp import web
 
 from granikv.server import aio
 from granikv.server.app import LISTEN_BACKLOG
-from granikv.server.cli import add_engine_args, config_from_args
+from granikv.server.cli import add_engine_args, config_from_args, kernel_request
 
 log = logging.getLogger("granikv.server")
 
@@ -36,21 +40,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--incremental-streaming-output", action="store_true",
                    help="streamed /generate chunks carry only the new text and output_ids (as SGLang's flag of "
                         "this name); default: everything generated so far, SGLang's default")
+    p.add_argument("--served-model-name", default=None,
+                   help="the model's name in the OpenAI API (/v1/models, `model` of requests; default: --model); "
+                        "requests may also name it by --model-path")
+    p.add_argument("--context-length", type=int, default=None,
+                   help="prompt + output token limit (default: the model's max_position_embeddings, "
+                        "within --max-context)")
     add_engine_args(p)
     return p.parse_args(argv)
 
 
 async def serve(args: argparse.Namespace) -> None:
     from granikv.server.app import build_app, tcp_site
+    from granikv.server.engine_setup import build_engine, describe_kernels
     from granikv.server.text import TextCodec
 
     cfg = config_from_args(args)
-    log.info("starting engine: %s", cfg)
+    kernels = kernel_request(args)
+    log.info("starting engine (--kernel-impl %s): %s", kernels, cfg)
     if args.engine_thread:
-        from granikv.engine.factory import create_engine
         from granikv.server.loop import EngineLoop
 
-        engine = create_engine(cfg)
+        engine = build_engine(cfg, kernels)
         loop = EngineLoop(engine)
         loop.start()
         codec = TextCodec(cfg.model_path)
@@ -58,19 +69,23 @@ async def serve(args: argparse.Namespace) -> None:
         from granikv.server.proc import EngineProcess
 
         engine = None
-        loop = EngineProcess(cfg)
+        loop = EngineProcess(cfg, factory=functools.partial(build_engine, requested=kernels))
         # the engine process boots (imports torch, builds, captures) while this one loads the
         # tokenizer: the server process itself never imports torch unless a tokenizer needs it
         started = asyncio.create_task(asyncio.to_thread(loop.start))
         codec = TextCodec(cfg.model_path)
         await started
-    app = build_app(loop, codec, args.incremental_streaming_output)
+    log.info("%s", describe_kernels(loop.info))
+    app = build_app(loop, codec, args.incremental_streaming_output, served_model_name=args.served_model_name,
+                    model_path=cfg.model_path, context_length=args.context_length)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = tcp_site(runner, args.host, args.port, args.backlog)
     await site.start()
-    log.info("serving on http://%s:%d (system=%s, model=%s)", args.host, args.port, cfg.system, cfg.model)
-    print(f"granikv server ready on http://{args.host}:{args.port}", flush=True)
+    served = app["server"]
+    log.info("serving on http://%s:%d (system=%s, model=%s as %r, context length %d)", args.host, args.port,
+             cfg.system, cfg.model, served.served_name, served.context_limit)
+    print(f"granikv server ready on http://{args.host}:{args.port} ({describe_kernels(loop.info)})", flush=True)
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         asyncio.get_running_loop().add_signal_handler(sig, stop.set)

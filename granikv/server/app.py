@@ -1,15 +1,18 @@
-"""The aiohttp application: request validation, streaming, and the control endpoints.
+"""The aiohttp application: the SGLang-native routes, request validation shared with the
+OpenAI routes (openai_api.py), and the control endpoints.
 
 Nothing a client sends may crash the server: every malformed request gets a 4xx with a
-reason, and the engine thread only ever sees validated requests. Unknown fields that SGLang's
-own clients send (return_logprob, logprob_start_len, lora_path, ...) are accepted and ignored,
-so SGLang's benchmark client works unchanged.
+reason, and the engine only ever sees validated requests. A failure of the engine itself is
+a 5xx (errors.py), logged once with its traceback, and /health turns 503. Fields that SGLang's
+own clients send and that change nothing here (return_logprob: false, logprob_start_len,
+lora_path: null, ...) are accepted, so SGLang's benchmark client works unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import math
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,9 +21,16 @@ import numpy as np
 from aiohttp import web
 
 from granikv.engine.request import SamplingParams
+from granikv.server.errors import ENGINE_FAILURE, ApiError, BadRequest, EngineUnavailable, event_error, native_response
 from granikv.server.loop import EngineLoop  # torch-free: the server process never imports torch
+from granikv.server.metrics import Metrics
+from granikv.server.openai_api import OpenAIRoutes
+from granikv.server.params import as_int, get, parse_native_sampling
 from granikv.server.text import TextCodec
 
+log = logging.getLogger("granikv.server")
+
+HEALTH_GENERATE_TIMEOUT_S = 30.0  # /health_generate: one token, or 503
 MAX_PROFILE_STEPS = 1000  # a window long enough for any table, short enough to stay in memory
 
 # The listen queue. A benchmark client at B=256 opens ~250 connections at once; aiohttp's default
@@ -36,10 +46,6 @@ def tcp_site(runner: web.AppRunner, host: str, port: int, backlog: int = LISTEN_
     return web.TCPSite(runner, host, port, backlog=backlog)
 
 
-class BadRequest(Exception):
-    pass
-
-
 @dataclass
 class GenerateRequest:
     input_ids: np.ndarray  # int32, checked against the vocabulary
@@ -49,50 +55,10 @@ class GenerateRequest:
     rid: str
 
 
-def _int(v, name: str, lo: int | None = None) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"{name} must be an integer, got {type(v).__name__}")
-    if lo is not None and v < lo:
-        raise BadRequest(f"{name} must be >= {lo}, got {v}")
-    return v
-
-
-def _hint(body: dict, n_ids: int) -> int | None:
-    """The request's `shared_prefix_len` (GraniKV's extension field), checked against its prompt."""
-    hint = body.get("shared_prefix_len")
-    if hint is None:
-        return None
-    hint = _int(hint, "shared_prefix_len", 0)
-    if hint > n_ids:
-        raise BadRequest("shared_prefix_len exceeds the prompt length")
-    return hint
-
-
-def parse_sampling(sp, default_max: int = 128) -> SamplingParams:
-    if sp is None:
-        sp = {}
-    if not isinstance(sp, dict):
-        raise BadRequest("sampling_params must be an object")
-    max_new = _int(sp.get("max_new_tokens", default_max), "max_new_tokens", 1)
-    temp = sp.get("temperature", 0.0)
-    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
-        raise BadRequest("temperature must be a finite number >= 0")  # JSON's NaN/Infinity parse in Python
-    top_k = _int(sp.get("top_k", -1), "top_k")
-    ignore_eos = sp.get("ignore_eos", False)
-    if not isinstance(ignore_eos, bool):
-        raise BadRequest("ignore_eos must be a boolean")
-    stop_ids = sp.get("stop_token_ids") or []
-    if not isinstance(stop_ids, list):
-        raise BadRequest("stop_token_ids must be a list of integers")
-    try:
-        return SamplingParams(max_new_tokens=max_new, temperature=float(temp), top_k=top_k, ignore_eos=ignore_eos,
-                              stop_token_ids=tuple(_int(t, "stop_token_ids[]") for t in stop_ids))
-    except ValueError as e:  # whatever SamplingParams refuses is the client's error, never a 500
-        raise BadRequest(str(e)) from None
-
-
 class Server:
-    def __init__(self, loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False) -> None:
+    def __init__(self, loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False,
+                 served_model_name: str | None = None, model_path: str | None = None,
+                 context_length: int | None = None, health_timeout_s: float = HEALTH_GENERATE_TIMEOUT_S) -> None:
         self.loop = loop  # EngineLoop (engine thread) or EngineProcess (engine process): one interface
         self.codec = codec
         # SGLang's server flag of the same name: streamed /generate chunks carry only the new text
@@ -100,14 +66,47 @@ class Server:
         # the square of the output length: 6 MB per 1024-token request, which the client must
         # parse (perf-notes, "HTTP check at 1024 output tokens")
         self.incremental = incremental_streaming_output
-        self.vocab = loop.info["vocab_size"]
-        self.max_context = loop.info["max_context"]
-        self.model = loop.info["model"]
+        info = loop.info
+        self.vocab = info["vocab_size"]
+        self.max_context = info["max_context"]  # the engine's slot-table width: a hard limit
+        self.model = info["model"]
+        # the context limit: the model's own (max_position_embeddings) within the engine's, or
+        # a smaller one the operator set (--context-length)
+        self.context_limit = min(self.max_context, info.get("max_position_embeddings") or self.max_context,
+                                 context_length or self.max_context)
+        self.served_name = served_model_name or self.model
+        self.model_path = model_path
+        self.model_names = {n for n in (self.served_name, model_path) if n}
+        self.logprobs_supported = bool(info.get("logprobs"))
+        self.health_timeout_s = health_timeout_s
+        self.metrics = Metrics()
         self.started = time.time()
         self.chunks_sent = 0  # streamed events written, for /server_info's "server" section
+        self._failure_logged = False
 
-    # -- validation -----------------------------------------------------------------------------
-    async def _json(self, request: web.Request) -> dict:
+    # -- the engine's failure ---------------------------------------------------------------------
+    def engine_error_seen(self) -> None:
+        """Log the engine's traceback once, the first time a handler meets its failure."""
+        fatal = getattr(self.loop, "fatal", None)
+        if fatal and not self._failure_logged:
+            self._failure_logged = True
+            log.error("the engine failed; requests are answered 503 from now on:\n%s", fatal)
+
+    def check_alive(self) -> None:
+        """Refuse new work once the engine failed (503): nothing would ever answer it."""
+        if getattr(self.loop, "fatal", None):
+            self.engine_error_seen()
+            raise EngineUnavailable()
+
+    def event_failure(self, error: str) -> ApiError:
+        """The answer to an engine Event's error (errors.event_error), logging an engine failure."""
+        if error == ENGINE_FAILURE or getattr(self.loop, "fatal", None):
+            self.engine_error_seen()
+            return EngineUnavailable()
+        return event_error(error)
+
+    # -- validation (shared with openai_api) ------------------------------------------------------
+    async def json_body(self, request: web.Request) -> dict:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
@@ -116,63 +115,128 @@ class Server:
             raise BadRequest("request body must be a JSON object")
         return body
 
-    def _ids(self, ids, text, field: str = "input_ids") -> np.ndarray:
+    _json = json_body
+
+    def ids(self, ids, text, field: str = "input_ids") -> np.ndarray:
         """The prompt as a checked int32 array (what the engine process is sent)."""
         if ids is None:
             if text is None:
-                raise BadRequest(f"one of {field} or text is required")
+                raise BadRequest(f"one of {field} or text is required", field)
             if isinstance(text, list):
                 if len(text) != 1:
-                    raise BadRequest("batched text prompts are not supported; send one request each")
+                    raise BadRequest("batched text prompts are not supported; send one request each", field)
                 text = text[0]
             if not isinstance(text, str):
-                raise BadRequest("text must be a string")
+                raise BadRequest("text must be a string", field)
             ids = self.codec.encode(text)
         if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
-            raise BadRequest(f"{field} must be a flat list of integers")
+            raise BadRequest(f"{field} must be a flat list of integers", field)
         if not ids:
-            raise BadRequest(f"{field} must not be empty")
+            raise BadRequest(f"{field} must not be empty", field)
         # C-level passes only (type set, one array conversion, min/max on the array): a per-token
         # Python loop costs ~0.1 ms for a 656-token prompt, and 256 requests arriving at once queue
         # behind it (the admission ramp); min/max over the list cost 0.5 ms at 16K tokens, the array
         # conversion the engine process needs anyway ~0.4 ms, so checking the array is ~free
         if set(map(type, ids)) != {int}:  # exact int: bool and float are rejected
-            raise BadRequest(f"{field} must contain integers only")
+            raise BadRequest(f"{field} must contain integers only", field)
         try:
             arr = np.fromiter(ids, dtype=np.int64, count=len(ids))
         except OverflowError:
-            raise BadRequest(f"{field} holds a token id outside the vocabulary [0, {self.vocab})") from None
+            raise BadRequest(f"{field} holds a token id outside the vocabulary [0, {self.vocab})", field) from None
         lo, hi = int(arr.min()), int(arr.max())
         if lo < 0 or hi >= self.vocab:
             bad = lo if lo < 0 else hi
-            raise BadRequest(f"token id {bad} is outside the vocabulary [0, {self.vocab})")
+            raise BadRequest(f"token id {bad} is outside the vocabulary [0, {self.vocab})", field)
         return arr.astype(np.int32)
 
+    _ids = ids
+
+    def check_context(self, n_prompt: int, max_new: int, name: str) -> None:
+        if n_prompt + max_new > self.context_limit:
+            raise BadRequest(f"prompt ({n_prompt} tokens) + {name} ({max_new}) = {n_prompt + max_new} tokens "
+                             f"exceeds the context length {self.context_limit}", name)
+
+    def check_hint(self, hint, n_ids: int) -> int | None:
+        """The request's `shared_prefix_len` (GraniKV's extension field), checked against its prompt."""
+        if hint is None:
+            return None
+        hint = as_int(hint, "shared_prefix_len", 0)
+        if hint > n_ids:
+            raise BadRequest("shared_prefix_len exceeds the prompt length", "shared_prefix_len")
+        return hint
+
     def _parse_generate(self, body: dict) -> GenerateRequest:
-        ids = self._ids(body.get("input_ids"), body.get("text"))
-        params = parse_sampling(body.get("sampling_params"))
-        if len(ids) + params.max_new_tokens > self.max_context:
-            raise BadRequest(f"prompt ({len(ids)} tokens) + max_new_tokens ({params.max_new_tokens}) "
-                             f"exceeds the context length {self.max_context}")
-        hint = _hint(body, len(ids))
-        stream = body.get("stream", False)
+        ids = self.ids(get(body, "input_ids"), get(body, "text"))
+        params = parse_native_sampling(body.get("sampling_params"))
+        self.check_context(len(ids), params.max_new_tokens, "max_new_tokens")
+        hint = self.check_hint(get(body, "shared_prefix_len"), len(ids))
+        stream = get(body, "stream", False)
         if not isinstance(stream, bool):
-            raise BadRequest("stream must be a boolean")
+            raise BadRequest("stream must be a boolean", "stream")
+        if get(body, "return_logprob", False) is not False:
+            raise BadRequest("return_logprob is not supported on /generate; use /v1 with logprobs", "return_logprob")
         rid = body.get("rid") or uuid.uuid4().hex
         if not isinstance(rid, str):
-            raise BadRequest("rid must be a string")
+            raise BadRequest("rid must be a string", "rid")
         return GenerateRequest(ids, params, stream, hint, rid)
 
-    # -- handlers ---------------------------------------------------------------------------------
+    # -- health and information -------------------------------------------------------------------
+    def _dead(self) -> web.Response | None:
+        if getattr(self.loop, "fatal", None):
+            self.engine_error_seen()
+            return web.json_response({"status": "error", "error": "the engine failed; see the server log"},
+                                     status=503)
+        return None
+
     async def health(self, request: web.Request) -> web.Response:
-        if self.loop.fatal:
-            return web.json_response({"status": "error", "error": "engine thread died"}, status=503)
+        return self._dead() or web.json_response({"status": "ok"})
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        """SGLang's /health_generate: the engine really generates one token within the timeout."""
+        dead = self._dead()
+        if dead is not None:
+            return dead
+        rid = "health-" + uuid.uuid4().hex
+        q = self.loop.submit(rid, np.zeros(1, dtype=np.int32), SamplingParams(max_new_tokens=1, ignore_eos=True),
+                             None)
+        try:
+            ev = await asyncio.wait_for(q.get(), self.health_timeout_s)
+        except TimeoutError:
+            self.loop.abort(rid)
+            return web.json_response({"status": "error", "error": f"no token within {self.health_timeout_s:g} s"},
+                                     status=503)
+        except BaseException:
+            self.loop.abort(rid)
+            raise
+        if ev.error:
+            self.loop.abort(rid)
+            return native_response(self.event_failure(ev.error))
+        if not ev.finished:
+            self.loop.abort(rid)
         return web.json_response({"status": "ok"})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        """SGLang's /get_model_info shape, plus GraniKV's limits and capabilities."""
+        return web.json_response({
+            "model_path": self.model_path or self.model, "tokenizer_path": self.codec.path,
+            "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
+            "served_model_name": self.served_name, "max_context_length": self.context_limit,
+            "vocab_size": self.vocab, "logprobs": self.logprobs_supported,
+            "device_type": self.loop.info.get("device_type"), "kernel_impl": self.loop.info.get("kernel_impl")})
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        try:
+            stats = await self.loop.stats()
+        except Exception:  # noqa: BLE001 - the engine failed: the server's own series still serve
+            stats = None
+        return web.Response(body=self.metrics.render(stats),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def server_info(self, request: web.Request) -> web.Response:
         try:
             stats = await self.loop.stats()
         except Exception as e:  # noqa: BLE001 - the engine process failed
+            self.engine_error_seen()
             return web.json_response({"error": f"{type(e).__name__}: {e}"}, status=503)
         # this (HTTP) process's own CPU time: with the client's, it says which side of the
         # stream was busy when a run lasts longer than the engine's work
@@ -191,12 +255,12 @@ class Server:
         gap) plus how many steps of each kind ran in the window. The capture runs on the engine
         thread between steps, so the steps are the ones the current clients are served by."""
         try:
-            body = await self._json(request)
-            steps = _int(body.get("steps", 20), "steps", 1)
+            body = await self.json_body(request)
+            steps = as_int(get(body, "steps", 20), "steps", 1)
             if steps > MAX_PROFILE_STEPS:
                 raise BadRequest(f"steps must be <= {MAX_PROFILE_STEPS}, got {steps}")
         except BadRequest as e:
-            return web.json_response({"error": str(e)}, status=400)
+            return web.json_response({"error": e.message}, status=400)
         if self.loop.info.get("device_type") != "cuda":
             return web.json_response({"error": f"profiling needs CUDA; the engine runs on "
                                                f"{self.loop.info.get('device_type')}"}, status=400)
@@ -210,6 +274,7 @@ class Server:
             return web.json_response({"error": f"profiling failed: {type(e).__name__}: {e}"}, status=500)
         return web.json_response(summary)
 
+    # -- /generate --------------------------------------------------------------------------------
     def _meta(self, g: GenerateRequest, ev, n_out: int) -> dict:
         fr = {"type": ev.finish_reason} if ev.finished and ev.finish_reason else None
         return {"id": g.rid, "prompt_tokens": len(g.input_ids), "completion_tokens": n_out,
@@ -224,14 +289,16 @@ class Server:
         engine thread (harness/microbench/server.py measures this). The ids list is kept as
         serialized JSON text and appended to, so a chunk costs O(new tokens), not O(output)."""
         try:
-            g = self._parse_generate(await self._json(request))
+            g = self._parse_generate(await self.json_body(request))
             if g.rid in self.loop.streams:
                 # a second stream under one id would take the first's queue, and the engine's
                 # duplicate-id error would then close it: the first client would hang
-                raise BadRequest(f"request id {g.rid!r} is already in flight")
-        except BadRequest as e:
-            return web.json_response({"error": str(e)}, status=400)
+                raise BadRequest(f"request id {g.rid!r} is already in flight", "rid")
+            self.check_alive()
+        except ApiError as e:
+            return native_response(e)
         q = self.loop.submit(g.rid, g.input_ids, g.params, g.shared_prefix_len)
+        trace = self.metrics.trace(len(g.input_ids))
         out: list[int] = []
         ids_json = ""  # ",".join(map(str, out)), grown incrementally
         text = ""
@@ -249,10 +316,13 @@ class Server:
                 ev = evs[-1]
                 new = [e.token for e in evs if not e.error]
                 out.extend(new)
+                trace.tokens(len(new))
                 if ev.error:
+                    err = self.event_failure(ev.error)
+                    trace.finish("error")
                     if resp is None:
-                        return web.json_response({"error": ev.error}, status=400)
-                    await resp.write(f"data: {json.dumps({'error': ev.error})}\n\n".encode())
+                        return native_response(err)
+                    await resp.write(f"data: {json.dumps({'error': {'message': err.message}})}\n\n".encode())
                     break
                 if resp is not None and self.incremental:
                     if self.codec.incremental:
@@ -268,6 +338,7 @@ class Server:
                     await resp.write(sse_chunk(text, ids_json, self._meta(g, ev, len(out))))
                     self.chunks_sent += 1
                 if ev.finished:
+                    trace.finish(ev.finish_reason)
                     break
             if resp is None:
                 return web.json_response({"text": self.codec.decode(out), "output_ids": out,
@@ -275,74 +346,9 @@ class Server:
             await resp.write(b"data: [DONE]\n\n")
             await resp.write_eof()
             return resp
-        except (ConnectionResetError, ConnectionError, RuntimeError, OSError):
-            self.loop.abort(g.rid)  # the client went away: free its KV
-            raise
         except BaseException:
-            self.loop.abort(g.rid)
-            raise
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        """OpenAI-style completions over token ids or one text prompt."""
-        try:
-            body = await self._json(request)
-            prompt = body.get("prompt")
-            # token ids, or text (a string, or a list of one): _ids checks every id in C passes
-            if isinstance(prompt, list) and prompt and not isinstance(prompt[0], str):
-                ids = self._ids(prompt, None, "prompt")
-            else:
-                ids = self._ids(None, prompt, "prompt")
-            sp = {"max_new_tokens": body.get("max_tokens", 16), "temperature": body.get("temperature", 0.0),
-                  "ignore_eos": body.get("ignore_eos", False)}
-            if body.get("top_k") is not None:
-                sp["top_k"] = body["top_k"]
-            params = parse_sampling(sp)
-            if len(ids) + params.max_new_tokens > self.max_context:
-                raise BadRequest("prompt + max_tokens exceeds the context length")
-            hint = _hint(body, len(ids))
-            stream = body.get("stream", False)
-            if not isinstance(stream, bool):
-                raise BadRequest("stream must be a boolean")
-        except BadRequest as e:
-            return web.json_response({"error": {"message": str(e), "type": "invalid_request_error"}},
-                                     status=400)
-        rid = "cmpl-" + uuid.uuid4().hex
-        q = self.loop.submit(rid, ids, params, hint)
-        model = self.model
-        out: list[int] = []
-        resp = None
-        try:
-            if stream:
-                resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-                await resp.prepare(request)
-            while True:
-                ev = await q.get()
-                if ev.error:
-                    if resp is None:
-                        return web.json_response({"error": {"message": ev.error}}, status=400)
-                    # the stream's headers are out: the error goes as an event, then the stream ends
-                    await resp.write(f"data: {json.dumps({'error': {'message': ev.error}})}\n\n".encode())
-                    break
-                out.append(ev.token)
-                if resp is not None:
-                    chunk = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model,
-                             "choices": [{"index": 0, "text": self.codec.decode([ev.token]),
-                                          "finish_reason": ev.finish_reason if ev.finished else None}]}
-                    await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                if ev.finished:
-                    break
-            usage = {"prompt_tokens": len(ids), "completion_tokens": len(out),
-                     "total_tokens": len(ids) + len(out)}
-            if resp is None:
-                return web.json_response({"id": rid, "object": "text_completion", "created": int(time.time()),
-                                          "model": model, "usage": usage,
-                                          "choices": [{"index": 0, "text": self.codec.decode(out),
-                                                       "finish_reason": ev.finish_reason}]})
-            await resp.write(b"data: [DONE]\n\n")
-            await resp.write_eof()
-            return resp
-        except BaseException:
-            self.loop.abort(rid)
+            self.loop.abort(g.rid)  # the client went away (or the handler failed): free its KV
+            trace.finish("abort")
             raise
 
 
@@ -353,17 +359,26 @@ def sse_chunk(text: str, ids_json: str, meta: dict) -> bytes:
             f'"meta_info": {json.dumps(meta)}}}\n\n').encode()
 
 
-def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False) -> web.Application:
-    s = Server(loop, codec, incremental_streaming_output)
+def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False,
+              served_model_name: str | None = None, model_path: str | None = None,
+              context_length: int | None = None) -> web.Application:
+    s = Server(loop, codec, incremental_streaming_output, served_model_name, model_path, context_length)
+    oai = OpenAIRoutes(s)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_get("/health", s.health)
-    app.router.add_get("/health_generate", s.health)
+    app.router.add_get("/health_generate", s.health_generate)
     app.router.add_get("/server_info", s.server_info)
     app.router.add_get("/get_server_info", s.server_info)
+    app.router.add_get("/get_model_info", s.model_info)
+    app.router.add_get("/model_info", s.model_info)
+    app.router.add_get("/metrics", s.metrics_endpoint)
     app.router.add_post("/flush_cache", s.flush_cache)
     app.router.add_get("/flush_cache", s.flush_cache)
     app.router.add_post("/generate", s.generate)
     app.router.add_post("/profile", s.profile)
-    app.router.add_post("/v1/completions", s.completions)
+    app.router.add_get("/v1/models", oai.models)
+    app.router.add_get("/v1/models/{model:.+}", oai.model)
+    app.router.add_post("/v1/completions", oai.completions)
+    app.router.add_post("/v1/chat/completions", oai.chat)
     app["server"] = s
     return app

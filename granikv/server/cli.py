@@ -8,6 +8,7 @@ import dataclasses
 import typing
 
 from granikv.config import EngineConfig
+from granikv.server.engine_setup import AUTO
 
 _FIELD_HELP = {
     "model": "model name under conf/model/ (tiny, llama-3.1-8b, ...) or a dir with config.json",
@@ -43,7 +44,11 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         hint = hints[f.name]
         help_ = _FIELD_HELP.get(f.name, f.name.replace("_", " ")) + f" (default: {default})"
         args = typing.get_args(hint)
-        if hint is bool:
+        if f.name == "kernel_impl":  # resolved where the engine is built: engine_setup.resolve_kernels
+            p.add_argument(flag, choices=(AUTO, "triton", "torch"), default=AUTO,
+                           help="kernel path: triton | torch | auto (default: auto = triton with CUDA, the torch "
+                                "reference kernels without; triton on a CPU runs in Triton's interpreter)")
+        elif hint is bool:
             p.add_argument(flag, type=_parse_bool, default=default, metavar="BOOL", help=help_)
         elif typing.get_origin(hint) is tuple:  # graph_batch_sizes, extend_graph_tokens, ...
             p.add_argument(flag, type=lambda s: tuple(int(x) for x in s.split(",") if x), default=default,
@@ -57,5 +62,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(ns: argparse.Namespace) -> EngineConfig:
+    """The config the flags say; `--kernel-impl auto` leaves the config's default kernel path,
+    which `engine_setup.build_engine` replaces by the one the host can run (`kernel_request`)."""
     kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineConfig) if hasattr(ns, f.name)}
+    if kw.get("kernel_impl") == AUTO:
+        del kw["kernel_impl"]
     return EngineConfig(**kw)
+
+
+def kernel_request(ns: argparse.Namespace) -> str:
+    """The --kernel-impl flag as given: auto | triton | torch."""
+    return getattr(ns, "kernel_impl", AUTO) or AUTO

@@ -30,13 +30,17 @@ class Event:
     completion_tokens: int = 0
     cached_tokens: int = 0
     error: str | None = None
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
 
 
 def engine_info(engine) -> dict:
     """What the HTTP side needs to know about the engine (validation limits, names)."""
     dev = getattr(engine, "device", "cpu")
     return {"vocab_size": engine.spec.vocab_size, "max_context": engine.config.max_context,
-            "model": engine.spec.name, "device_type": getattr(dev, "type", str(dev))}
+            "max_position_embeddings": getattr(engine.spec, "max_position_embeddings", None),
+            "model": engine.spec.name, "device_type": getattr(dev, "type", str(dev)),
+            "kernel_impl": getattr(engine.config, "kernel_impl", None)}
 
 
 def profile_window(engine, step, steps: int) -> dict:

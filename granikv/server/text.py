@@ -15,13 +15,20 @@ from pathlib import Path
 class TextCodec:
     def __init__(self, model_path: str | None = None) -> None:
         self.tok = None
+        self.path: str | None = None
         if model_path and (Path(model_path) / "tokenizer_config.json").exists():
             try:
                 from transformers import AutoTokenizer
 
                 self.tok = AutoTokenizer.from_pretrained(model_path)
+                self.path = str(model_path)
             except Exception:  # pragma: no cover - a broken local tokenizer falls back
                 self.tok = None
+
+    @property
+    def chat_template(self) -> str | None:
+        """The tokenizer's own chat template, if it has one (chat.py uses it)."""
+        return getattr(self.tok, "chat_template", None) if self.tok is not None else None
 
     def encode(self, text: str) -> list[int]:
         if self.tok is not None:
@@ -34,7 +41,7 @@ class TextCodec:
         of re-decoding the whole output for every chunk (O(n) instead of O(n^2))."""
         return self.tok is None
 
-    def decode(self, ids: list[int]) -> str:
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         if self.tok is not None:
-            return self.tok.decode(ids)
+            return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
         return "".join(f" <{i}>" for i in ids)
