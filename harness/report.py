@@ -17,8 +17,9 @@ choosing) is a change or noise. Two sections, rendered from the result files alo
   exactly one knobbed one (Table 21); points of one system are left out: they have no ratio.
 - *A/B cells*: the cells of `adhoc/` that change one server setting, labelled by their `tag` or
   else their `+server.extra.*` overrides (an ad hoc cell with neither is a plain re-measure and
-  is left out), beside the untagged cells of the same point, system and dispatcher threshold in
-  the sweep folders (the first sweep, in natural order, that has them): each side's mean over its
+  is left out), beside the untagged plain cells (no knobs in the file name) of the same point,
+  system and dispatcher threshold in the sweep folders (the first sweep, in natural order, that
+  has them): each side's mean over its
   repetitions, the gain, the engine's extend seconds, the run's time beyond the engine's steps
   (`beyond_engine_s`: time on the HTTP path) and granikv's ratios, baseline → A/B.
 
@@ -40,7 +41,7 @@ from typing import Any
 SYSTEMS = ("paged", "cascade", "granikv")
 ADHOC = "adhoc"
 # folders under results/<hw>/ that hold no serving cells of the paper's sweeps
-NOT_SWEEPS = frozenset({ADHOC, "microbench", "engine", "ncu"})
+NOT_SWEEPS = frozenset({ADHOC, "microbench", "engine", "ncu", "baselines"})
 # what identifies an A/B cell's point besides its system (its config, as `harness.cell` writes it)
 POINT_KEYS = ("model", "tp", "workload", "lp", "batch", "k")
 

@@ -42,8 +42,8 @@ NUMERIC_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 MICROBENCH_DIR = "microbench"
 # directories under results/<hardware>/ that hold no serving cells: benchmarks with their own
-# schemas (engine decode steps) and superseded runs kept for the record
-NON_CELL_DIRS = frozenset({"engine", "history", "baselines"})
+# schemas (engine decode steps) and the gate's baselines (a superseded cell is in git's history)
+NON_CELL_DIRS = frozenset({"engine", "baselines"})
 
 # A GraniKV run whose dispatcher can never choose the dense pass (m_sat at or above this) is
 # "SGLang-Cascade on GraniKV storage" (the SGL-C/GKV column of Tables 13-14), not GraniKV.
