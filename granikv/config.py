@@ -72,7 +72,8 @@ class EngineConfig:
     # how many splits: "fill" (split until the programs fill 2 waves of SMs) or "long-keys"
     # (also >= 4 splits behind >= 8K keys while the programs are within 6 waves, and none behind
     # shorter keys once one split fills 3/4 of a wave; ExtendSplitPolicy.named). "long-keys" fits
-    # the session-8 kernel sweep; not yet measured in serving cells, hence not the default.
+    # the extend kernel sweep; its serving A/B cells (tag=long-keys, Lp=8K/16K B=256) stay within
+    # the repetitions' spread (tables/h200/repetitions.md, "A/B cells"), hence not the default.
     extend_split_rule: str = "fill"
 
     # runner
@@ -86,8 +87,9 @@ class EngineConfig:
         default_factory=lambda: (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
     )
     # CUDA graphs for small extend steps (granikv.engine.extend_graphs): token buckets, e.g.
-    # 64,128,256; empty (the default) runs every extend step eagerly. Measured in session 9
-    # (tables/h200/ab.md: -0.8 to +6.9% at Lp=8K/16K); off until the committed cells are re-measured.
+    # 64,128,256; empty (the default) runs every extend step eagerly: their serving A/B cells
+    # (tag=egraphs, Lp=8K/16K B=256; tables/h200/repetitions.md, "A/B cells") gain nothing beyond
+    # the repetitions' spread and the graphs add start-up capture time.
     extend_graph_tokens: tuple[int, ...] = ()
     # request buckets of those graphs (one request of each is padding: a bucket of 4 takes <= 3)
     extend_graph_reqs: tuple[int, ...] = (2, 4, 8)

@@ -1,34 +1,27 @@
 """Run a list of cells on a GPU host that has no Snakemake and no network, within a deadline.
 
-The `h200` Snakemake profile is the normal way to fill results/. This is for lent GPU
-machines (one command, a fixed time limit, no package index): workloads are generated here,
-where the ShareGPT package and the tokenizer are installed, and carried there compressed
-(a 16K-prefix ShareGPT file is 48 MB of JSON but 0.2 MB of xz: the prefix repeats).
+The `h200` Snakemake profile is the normal way to fill results/. This is the one other way, for
+lent GPU machines (one command at a time, a fixed time limit, no package index): workloads are
+generated here, where the ShareGPT package and the tokenizer are installed, and carried there
+compressed (a 16K-prefix ShareGPT file is 48 MB of JSON but 0.2 MB of xz: the prefix repeats).
 
-    # here: write the workloads of the listed cells, xz-compressed, into a carry folder
-    python -m harness.batch prepare scripts/gpu-batches/h200-next.txt --carry .carry/workloads
-    # there: unpack them, run every cell whose result file is missing, stop starting new
-    # cells once less than --reserve-s of the --budget-s is left, and tar what was written
-    python -m harness.batch run scripts/gpu-batches/h200-next.txt --carry .carry/workloads \
-        --budget-s 560 --tar $OUT/results.tar.gz
+    # here: a cell list (one `python -m harness.cell` override line per cell, `#` comments): a
+    # sweep's cells under a profile, filtered, leaving out measured cells ...
+    python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \\
+        --where lp=2048 --where batch=128,512 --missing results/h200 > cells.txt
+    # ... or the cells measured before a listed engine change, as overwrite=true lines
+    python -m harness.batch lines table6 --stale results/h200 --where lp=16384 > cells.txt
+    # here: write the listed cells' workloads, xz-compressed, into .carry/workloads and the
+    # commit the cells will record into .carry/src.sha; carry .carry (and the list) to the host
+    python -m harness.batch prepare cells.txt
+    # there: `source scripts/gpu-host-env.sh` (GIT_SHA, carried packages, NCCL settings, workloads
+    # unpacked), then run every cell whose result file is missing, start no new cell once less
+    # than --reserve-s of --budget-s is left, and tar the new result files and the cells' logs
+    python -m harness.batch run cells.txt --budget-s 560 --tar "$OUT/results.tar.gz"
+    # here: extract the tarball's result files into results/ (a re-measured cell replaces its
+    # file; git keeps the old one), then re-render the tables and reports (README.md, "GPU host")
+    python -m harness.batch land results.tar.gz
 
-    # here: print the cell lines of a sweep under a profile, filtered, leaving out measured cells
-    python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \
-        --where lp=2048 --where batch=128,512 --missing results/h200
-    # ... or the lines that re-measure cells measured before a listed engine change
-    python -m harness.batch lines table6 --stale results/h200 --where lp=16384
-
-    # here, when a call of re-measured cells (lists with overwrite=true) is back and before its
-    # tarball is extracted: move the result files they replace into a history folder (git mv
-    # when tracked), then extract, and say why in the history README
-    python -m harness.batch supersede scripts/gpu-batches/s8-call1.txt \
-        --into results/h200/history/table9-before-extend-splits
-    # ... or both steps at once, from the tarball itself: every result file in it that replaces
-    # one here moves that one into the history folder first (nothing moves if any would clash)
-    python -m harness.batch land /work/.device/1/call1.tar.gz \
-        --into results/h200/history/table9-before-extend-splits
-
-A cell list: one cell per line, Hydra overrides as for `python -m harness.cell`; `#` comments.
 A cell that fails is reported and the batch goes on; its log is kept in the tarball. A cell whose
 result file exists is skipped — by harness.cell, or here for an `overwrite=true` cell whose file
 was measured at this very commit — so a list can be run again after a partial call.
@@ -55,8 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 GRANIKV_KNOBS = ("hot_fraction", "cold_page_size")
 
 
-# what every cell line names, so a fragment (session 13 ran a line holding only the server
-# options, appended to an empty `lines` output, as a default granikv cell) is refused up front
+# what every cell line names, so a fragment (e.g. server options alone, appended to an empty
+# `lines` output) is refused up front instead of running as a default granikv cell
 REQUIRED_KEYS = ("model", "system", "sweep")
 
 
@@ -83,14 +76,12 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
     """The Hydra override lines of a sweep's cells under a pipeline profile (the same overrides
     Snakemake passes), keeping cells whose values match every `key=v1,v2` filter and, with
     `missing`, only those without a result file under `missing/<sweep>/`; with `stale`, only those
-    whose result file under `stale/<sweep>/` predates a listed engine change (harness.staleness),
-    as `overwrite=true` lines that re-measure them."""
+    whose result file under `stale/<sweep>/` predates a listed engine change
+    (harness.engine_changes), as `overwrite=true` lines that re-measure them."""
     from harness.sweeps import load_profile, load_sweep, sweep_cells
 
     stale_files = None
     if stale is not None:
-        from harness.staleness import stale_paths
-
         stale_files = stale_paths(stale)
 
     prof = load_profile(profile)
@@ -175,58 +166,37 @@ def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     return list(done.values())
 
 
-def supersede(cells: list[list[str]], into: Path, results_root: Path,
-              dry_run: bool = False) -> list[tuple[Path, Path]]:
-    """Move the existing result file of each listed cell into `into` (git mv when the file is
-    tracked, a plain move otherwise), so re-measured cells replace it without losing it.
-    Result paths are resolved as the cell would write them, under `results_root` (the repo's
-    results/ by default) instead of the list's `results_dir`. Returns the (from, to) pairs."""
-    from harness.cell import result_path
+def stale_paths(results: Path) -> set[Path]:
+    """Result files under `results` (resolved) measured before a listed engine change in their
+    scope; refuses to guess when git cannot tell (a shallow clone)."""
+    from harness.engine_changes import stale_cells
+    from harness.results import load_results
 
-    moves = []
-    for ov in cells:
-        cfg = compose([o for o in ov if not o.startswith(("results_dir=", "overwrite="))])
-        src = results_root / result_path(cfg).relative_to(Path(cfg.results_dir))
-        if not src.exists():
-            continue
-        dst = history_path(into, src)
-        if dst.exists():
-            raise FileExistsError(f"{dst} exists: pick another history folder")
-        moves.append((src, dst))
-    if dry_run:
-        return moves
-    for src, dst in moves:
-        tracked = _move_into_history(src, dst)
-        print(f"{src} -> {dst}{' (git mv)' if tracked else ''}", flush=True)
-    return moves
+    stale = stale_cells(load_results(results).cells)
+    if stale is None:
+        raise SystemExit("git cannot place every cell's commit here (a shallow clone?): no stale lines")
+    return {Path(p).resolve() for p in stale}
 
 
-def history_path(into: Path, result: Path) -> Path:
-    """Where a superseded result file goes: `into/<sweep>/<cell>.json`. The sweep folder stays
-    because two sweeps can hold cells of one name (Table 18's and Table 24's default granikv
-    cell are both `granikv-...-lp8192-b256-k1-r0.json`), so one call may replace both."""
-    return into / result.parent.name / result.name
+def write_sha(path: Path) -> str | None:
+    """Write the commit the cells will record (harness.provenance.git_sha) to `path`: a lent
+    host's copy of the tree may have a stale or no `.git`, so scripts/gpu-host-env.sh exports it
+    as GIT_SHA there."""
+    from harness.provenance import git_sha
+
+    sha = git_sha(default=None)
+    if sha:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(sha + "\n")
+    return sha
 
 
-def _move_into_history(src: Path, dst: Path) -> bool:
-    """Move a superseded result file (git mv when tracked, so history keeps it); True if tracked."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(src)], cwd=ROOT,
-                             capture_output=True).returncode == 0
-    if tracked:
-        subprocess.run(["git", "mv", str(src), str(dst)], cwd=ROOT, check=True)
-    else:
-        shutil.move(str(src), str(dst))
-    return tracked
-
-
-def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -> dict[str, list]:
-    """Extract a call's tarball (`run --tar`) into `results_root`: each result file in it that
-    would replace an existing one moves that one into `into` first (git mv when tracked), the
-    way `supersede` does — but only for the cells that actually came back, so a cell that failed
-    on the GPU keeps its old file instead of leaving a hole. Checked before anything moves: every
-    member is a plain file under `results/` (no absolute paths, no `..`), and no history file
-    would be overwritten. Returns {"replaced": [(old, history)], "new": [path]}."""
+def land(tarball: Path, results_root: Path, dry_run: bool = False) -> dict[str, list[Path]]:
+    """Extract the result files of a call's tarball (`run --tar`) into `results_root`: a file in
+    it replaces the one there (git keeps the old one), a cell that failed on the GPU keeps its
+    old file. Checked before anything is written: every member under `results/` is a plain file
+    inside the tree (no absolute paths, no `..`); other members (the cells' logs) stay in the
+    tarball. Returns {"replaced": [path], "new": [path]}."""
     with tarfile.open(tarball, "r:*") as tf:
         members = []
         for m in tf.getmembers():
@@ -238,19 +208,11 @@ def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -
             if not m.isfile():
                 raise ValueError(f"{tarball}: refusing member {m.name!r} (not a plain file)")
             members.append((m, results_root.joinpath(*parts[1:])))
-        replaced, new = [], []
+        done: dict[str, list[Path]] = {"replaced": [], "new": []}
         for _m, dst in members:
-            if dst.exists():
-                hist = history_path(into, dst)
-                if hist.exists():
-                    raise FileExistsError(f"{hist} exists: pick another history folder")
-                replaced.append((dst, hist))
-            else:
-                new.append(dst)
+            done["replaced" if dst.exists() else "new"].append(dst)
         if dry_run:
-            return {"replaced": replaced, "new": new}
-        for src, dst in replaced:
-            _move_into_history(src, dst)
+            return done
         for m, dst in members:
             dst.parent.mkdir(parents=True, exist_ok=True)
             src = tf.extractfile(m)
@@ -259,7 +221,7 @@ def land(tarball: Path, into: Path, results_root: Path, dry_run: bool = False) -
             with src, tmp.open("wb") as out:
                 shutil.copyfileobj(src, out)
             os.replace(tmp, dst)
-    return {"replaced": replaced, "new": new}
+    return done
 
 
 def unpack(carry: Path, workloads: Path) -> None:
@@ -368,14 +330,19 @@ def tar_new(dst: Path, results: Path, logs: Path, since: float, runs: bool = Fal
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.batch", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.batch", description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 2)[2],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("prepare", help="generate and compress the cells' workloads")
+    carry = ROOT / ".carry" / "workloads"
+    p = sub.add_parser("prepare", help="generate and compress the cells' workloads, write the commit to record")
     p.add_argument("cells", type=Path)
-    p.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
+    p.add_argument("--carry", type=Path, default=carry)
+    p.add_argument("--sha-file", type=Path, default=ROOT / ".carry" / "src.sha",
+                   help="where to write the commit the cells record (GIT_SHA on the host)")
     r = sub.add_parser("run", help="run the cells (on the GPU host)")
     r.add_argument("cells", type=Path)
-    r.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
+    r.add_argument("--carry", type=Path, default=carry)
     r.add_argument("--budget-s", type=float, default=560.0)
     r.add_argument("--reserve-s", type=float, default=75.0, help="do not start a cell with less time left")
     r.add_argument("--logs", type=Path, default=ROOT / "batch-logs")
@@ -383,19 +350,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="tar the new result files and the logs into this file at the end (lent machines "
                         "return few, small files: the cells' .run folders are left out unless --tar-runs)")
     r.add_argument("--tar-runs", action="store_true", help="also tar the cells' .run folders")
-    sp = sub.add_parser("supersede", help="move the listed cells' existing result files into a history folder")
-    sp.add_argument("cells", type=Path)
-    sp.add_argument("--into", type=Path, required=True, help="e.g. results/h200/history/<why>")
-    sp.add_argument("--results", type=Path, default=ROOT / "results", help="results root the cells wrote to")
-    sp.add_argument("--dry-run", action="store_true", help="print the moves, move nothing")
-    la = sub.add_parser("land", help="extract a call's tarball, moving the result files it replaces into a "
-                                     "history folder first")
+    la = sub.add_parser("land", help="extract a call's tarball into results/ (replacing the files it re-measured)")
     la.add_argument("tarball", type=Path)
-    la.add_argument("--into", type=Path, required=True, help="e.g. results/h200/history/<why>")
     la.add_argument("--results", type=Path, default=ROOT / "results", help="the results root to extract into")
-    la.add_argument("--dry-run", action="store_true", help="print what would move and land, change nothing")
+    la.add_argument("--dry-run", action="store_true", help="print what would land, change nothing")
     u = sub.add_parser("unpack", help="only unpack the carried workloads into workloads/ (on the GPU host)")
-    u.add_argument("--carry", type=Path, default=ROOT / ".carry" / "workloads")
+    u.add_argument("--carry", type=Path, default=carry)
     ln = sub.add_parser("lines", help="print a sweep's cell lines (filtered) for a cell list")
     ln.add_argument("sweep")
     ln.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200" / "pipeline.yaml")
@@ -403,25 +363,21 @@ def main(argv: list[str] | None = None) -> int:
     ln.add_argument("--missing", type=Path, default=None, help="leave out cells with a result under this folder")
     ln.add_argument("--stale", type=Path, default=None,
                     help="only cells whose result under this folder predates a listed engine change "
-                         "(harness.staleness), with overwrite=true")
+                         "(harness.engine_changes), with overwrite=true")
     args = ap.parse_args(argv)
     if args.cmd == "unpack":
         unpack(args.carry, ROOT / "workloads")
         return 0
     if args.cmd == "land":
         try:
-            done = land(args.tarball, args.into, args.results, dry_run=args.dry_run)
-        except (FileExistsError, ValueError) as exc:
+            done = land(args.tarball, args.results, dry_run=args.dry_run)
+        except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        verb = "would move" if args.dry_run else "moved"
-        for src, dst in done["replaced"]:
-            print(f"{verb} {src} -> {dst}")
-        for path in done["new"]:
-            print(f"{'would add' if args.dry_run else 'added'} {path}")
-        print(f"{len(done['replaced'])} replaced (old files in {args.into}), {len(done['new'])} new"
-              + ("" if args.dry_run or not done["replaced"] else f"; say why in {args.into.parent / 'README.md'}"),
-              flush=True)
+        for verb, paths in (("replaced", done["replaced"]), ("added", done["new"])):
+            for path in paths:
+                print(f"{'would be ' if args.dry_run else ''}{verb} {path}")
+        print(f"{len(done['replaced'])} replaced, {len(done['new'])} new", flush=True)
         return 0
     if args.cmd == "lines":
         found = sweep_lines(args.sweep, args.profile, args.where, args.missing, args.stale)
@@ -436,16 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.cmd == "prepare":
         prepare(cells, args.carry)
-        return 0
-    if args.cmd == "supersede":
-        try:
-            moves = supersede(cells, args.into, args.results, dry_run=args.dry_run)
-        except FileExistsError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        for src, dst in moves if args.dry_run else []:
-            print(f"would move {src} -> {dst}")
-        print(f"{len(moves)} of {len(cells)} cells had a result file", flush=True)
+        sha = write_sha(args.sha_file)
+        print(f"{args.sha_file}: {sha or 'no commit (not a git checkout): set GIT_SHA on the host'}", flush=True)
         return 0
     unpack(args.carry, ROOT / "workloads")
     started = time.time()

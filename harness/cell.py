@@ -289,8 +289,8 @@ def parse_gpu_memory(text: str) -> list[dict[str, int]]:
 def gpu_memory() -> list[dict[str, int]] | None:
     """Device memory in use on every GPU before the cell's server starts. The engine sizes its KV
     cache from the memory it finds free, so memory another process still holds shrinks the cell's
-    KV capacity — session 4's Table 20 k=64 cells had 555K slots where an idle H200 gives 820K
-    (cause not recorded then) — and with it every KV-bound number. Recorded so that a cell's
+    KV capacity (a Table 20 k=64 cell next to another process's memory gets far fewer slots than
+    on an idle H200) and with it every KV-bound number. Recorded so that a cell's
     capacity can always be explained."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",

@@ -1,10 +1,10 @@
 """Which commit a result was measured at (the `git_sha` of every result file's environment).
 
 One rule for the cells and the microbenchmarks: GIT_SHA when the caller sets it (a lent GPU host
-gets a copy of the working tree whose `.git` may be stale or absent: `scripts/gpu-batches/
-device-env.sh` sets it from `.carry/src.sha`), otherwise HEAD with "-dirty" when tracked files
-differ from it — so a run on a tree that HEAD does not describe says so instead of naming HEAD
-(session 9: an ad-hoc device run recorded a stale HEAD as its commit).
+gets a copy of the working tree whose `.git` may be stale or absent: `scripts/gpu-host-env.sh`
+sets it from `.carry/src.sha`, which `harness.batch prepare` writes), otherwise HEAD with "-dirty"
+when tracked files differ from it — so a run on a tree that HEAD does not describe says so
+instead of naming HEAD (a stale `.git` would name a commit the code was not at).
 """
 
 from __future__ import annotations

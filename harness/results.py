@@ -42,8 +42,8 @@ NUMERIC_KEYS: Mapping[str, tuple[str, ...]] = {
 }
 MICROBENCH_DIR = "microbench"
 # directories under results/<hardware>/ that hold no serving cells: benchmarks with their own
-# schemas (engine decode steps) and superseded runs kept for the record
-NON_CELL_DIRS = frozenset({"engine", "history", "baselines"})
+# schemas (engine decode steps) and the gate's baselines (a superseded cell is in git's history)
+NON_CELL_DIRS = frozenset({"engine", "baselines"})
 
 # A GraniKV run whose dispatcher can never choose the dense pass (m_sat at or above this) is
 # "SGLang-Cascade on GraniKV storage" (the SGL-C/GKV column of Tables 13-14), not GraniKV.
@@ -188,7 +188,7 @@ class ResultSet:
     cells: pd.DataFrame
     microbench: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     # the cell paths read inside each open `recording()` (innermost last): which cells are behind
-    # a table row, so a row built from a stale cell can be marked (harness.tables, staleness)
+    # a table row, so a row built from a stale cell can be marked (harness.tables, engine_changes)
     _recordings: list[set[str]] = field(default_factory=list, compare=False, repr=False)
 
     @contextlib.contextmanager
@@ -231,7 +231,7 @@ def load_results(results_dir: Path | str) -> ResultSet:
     """Load cells and every microbench file of `results/<hardware>/`."""
     root = Path(results_dir)
     cells = load_cells(root)
-    if "config.tag" in cells.columns:  # tagged A/B cells are compared by harness.ab, not tabled
+    if "config.tag" in cells.columns:  # tagged A/B cells are compared by harness.report, not tabled
         cells = cells[cells["config.tag"].isna()].reset_index(drop=True)
     micro: dict[str, pd.DataFrame] = {}
     mdir = root / MICROBENCH_DIR

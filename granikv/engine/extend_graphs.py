@@ -2,8 +2,8 @@
 
 Why: in a serving run behind a long shared prefix most extend steps are small (a few suffixes
 of tens to hundreds of tokens that arrived since the last step), and such a step is host-bound:
-on the H200 a 20-token step does 5.4-5.9 ms of GPU work in a 15-20 ms step (session 8,
-`harness.microbench.extend_steps --engine`), the rest being 32 layers of eager launches. Decode
+on the H200 a 20-token step's GPU work is a fraction of its wall time
+(`harness.microbench.extend_steps --engine`), the rest being 32 layers of eager launches. Decode
 steps avoid that cost with DecodeGraphs; this does the same for extend steps up to the largest
 token bucket.
 

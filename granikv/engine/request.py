@@ -68,8 +68,8 @@ class Request:
     first_token_time: float | None = None
     finish_time: float | None = None
     # the prompt as int32, converted once: admission, cache_prompt and finish each hand the
-    # storage the prompt's tokens, and converting a 16K-token list costs ~0.3 ms each time on
-    # the H200 host (session 9's --py-profile: ~1.4 ms of host time per request at Lp=16K)
+    # storage the prompt's tokens, and converting a 16K-token list each time is host time per
+    # request that grows with Lp (harness.microbench.admission)
     prompt_arr: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     prefix_key: tuple[int, bytes] | None = field(default=None, repr=False)  # the scheduler's, cached
 

@@ -28,7 +28,7 @@ class PhaseLog:
     # the run's slowest steps wherever they fall, as a min-heap of (ms, step index, requests):
     # a one-off stall (a Triton compile or graph capture inside the run, a host pause) hides in
     # the by-batch totals and falls outside `recent`, and the slowest steps say when it happened
-    # and how long it took (session 18's slow Table 20 k=16 repetition: 1.5 s in one step)
+    # and how long it took (tests/engine/test_no_compile_gpu.py: what a stall inside a run costs)
     slowest: list = field(default_factory=list)
     keep_slowest: int = 8
 

@@ -61,8 +61,8 @@ class ExtendSplitPolicy:
     min_split_len: int = 512
     max_splits: int = 32
     workspace_bytes: int = 64 << 20
-    # The long-key rule (off while long_keys == 0; `long_keys()` below). Session 8's kernel
-    # sweep (results/h200/microbench/extend-steps.json) found the fill rule above wrong at both
+    # The long-key rule (off while long_keys == 0; `long_keys()` below). The kernel sweep
+    # (results/h200/microbench/extend-steps.json) finds the fill rule above wrong at both
     # ends: behind >= 8K keys a program is long enough that wave-quantization tails matter, and
     # 3x160, 8x160 and 16x160 steps at Lp=16K ran 1.25x, 1.44x and 1.12x faster with 4 splits
     # than with the 3, 1 and 1 the fill rule picks; behind 2K keys a step whose one-split
@@ -232,7 +232,7 @@ def extend(
         # One compiled variant whatever the split count: a serving run meets counts 2..32 one by
         # one, and a variant per count (the LSE stride `splits` specializes at 16 and 32, the
         # fold's S_PAD at every power of two) is a Triton compile inside the run on a machine
-        # whose kernel cache is cold (a 3 s extend step in an H200 cell, session 8). The LSE
+        # whose kernel cache is cold (seconds of one extend step in an H200 cell). The LSE
         # rows are padded to a multiple of 16; the fold pads to the policy's largest count.
         part_o = torch.empty(t, hq, splits, d, dtype=torch.float32, device=q.device)
         part_lse = torch.empty(t, hq, triton.cdiv(splits, 16) * 16, dtype=torch.float32, device=q.device)

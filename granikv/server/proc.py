@@ -124,7 +124,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     # Commands are read by a thread of their own, not between steps: a 16K-token prompt is a
     # ~66 KB message, over a pipe's 64 KB buffer, so a loop that reads only between engine steps
     # let one prompt through per step — and blocked the server's event loop on the write —
-    # while a burst waited (session 10: 504 single-request prefill steps at Lp=16K, TTFT 2.5x)
+    # while a burst waited (one single-request prefill step per prompt at Lp=16K; tests/engine/test_server.py)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def read_commands() -> None:

@@ -3,7 +3,7 @@ work a prefill step pays per request besides launching kernels.
 
     python -m harness.microbench.admission [--out results/cpu/microbench/admission.json]
 
-Why: session 9's `extend_steps --engine --py-profile` on the H200 host found, in an extend step of
+Why: `extend_steps --engine --py-profile` on the H200 host found, in an extend step of
 8 requests behind a 16K-token cached prefix, ~11 ms of Python that grows with Lp: the prompt,
 a 16K-int list, was converted to an int32 array three times per request (admission, caching
 the prompt after its prefill, finishing), prompt + outputs concatenated four times, and the
@@ -20,9 +20,8 @@ Per round: `Engine.add_request` of each (checks, Request, queue: `create`), `sch
 (the prompt is cached: `commit`), one output token each, and `finish` (inserted into the radix
 tree, freed: `finish`). Records the median µs per request of each phase and of their sum over
 the rounds, and `unpickle_us`: receiving one prompt in that form over the server's pipe. Host
-only, so a CPU host measures it; the device host's CPU differs (its list-to-array conversion of a
-16K prompt took ~0.29 ms in `results/h200/microbench/history/extend-steps-pyprof-15179d1.json`,
-this one's ~0.2 ms).
+only, so a CPU host measures it; the device host's CPU differs, so these are not the H200
+host's microseconds (`harness.microbench.extend_steps --engine --py-profile` measures those there).
 """
 
 from __future__ import annotations

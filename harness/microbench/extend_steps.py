@@ -6,9 +6,9 @@
 Why: in a ShareGPT run behind a long shared prefix, requests reach the engine a few at a time,
 so most extend steps prefill 1-3 suffixes of ~20-300 tokens; with G=4 query heads packed per KV
 head that is 1-15 query tiles x 8 KV heads, i.e. 8-120 programs on 132 SMs, each walking the
-whole cached prefix alone. In the session-7 H200 cells at Lp=16K, B=256, extend steps of 58-200
-tokens from 2-3 requests took 31-40 ms each (`engine.step_log.extend.recent`), against ~3.6 ms
-for reading the weights once. For each case (n requests x `new` tokens behind an Lp-token prefix, scattered slots) this
+whole cached prefix alone: in H200 cells at Lp=16K, B=256 without key splits, such steps took
+many times the time of reading the weights once (`engine.step_log.extend.recent`).
+For each case (n requests x `new` tokens behind an Lp-token prefix, scattered slots) this
 times the extend kernel with one split and with the splits `extend_splits` picks (`--splits`
 adds fixed counts, to tune ExtendSplitPolicy), and reports
 the floor max(FLOPs / 779 TFLOP/s, bytes / 4.48 TB/s) of DESIGN §8 and the fraction reached.
@@ -123,9 +123,9 @@ def run_engine(args) -> list[dict]:
     `--extend-graphs` a third engine whose small extend steps replay CUDA graphs.
 
     Both engines (one model, two KV caches) are built first and their timed steps alternate
-    on/off within each case: session 8's run timed every case with splits on, then every case
-    with splits off, and identical work differed by up to 17 ms between the two passes (host
-    warm-up of a fresh engine), which swamped the kernel difference. Each record also splits
+    on/off within each case: timing every case with splits on, then every case with splits off,
+    lets identical work differ by milliseconds between the two passes (host warm-up of a fresh
+    engine), which swamps the kernel difference. Each record also splits
     the profiled step's host time by engine phase (granikv.trace spans) and lists the costliest
     host ops, because a small extend step is mostly host time."""
     import random
@@ -243,7 +243,7 @@ def host_breakdown(prof, top: int = 8) -> tuple[dict[str, float], list[list]]:
     """(CPU ms per engine phase — the granikv.trace spans —, the `top` host ops by self CPU
     time as [name, calls, self ms]) of one profiled step. With CUDA activity on, a span also
     appears as a GPU-side annotation of the same name and no CPU time; the larger of the two
-    is the span's host time (session 9's records took the GPU one and read 0.0)."""
+    is the span's host time (the GPU one reads 0.0)."""
     phases: dict[str, float] = {}
     ops = []
     for ev in prof.key_averages():

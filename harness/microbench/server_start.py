@@ -2,8 +2,8 @@
 
     python -m harness.microbench.server_start [--runs 5] [--out results/cpu/microbench/server-start.json]
 
-Why: every serving cell starts a server, and on the GPU host start-up (10–29 s a cell in session
-12) is a large share of a cell's device time. The server reports its own split in `/server_info`
+Why: every serving cell starts a server, and on the GPU host start-up (each cell's
+`startup` record) is a large share of a cell's device time. The server reports its own split in `/server_info`
 (`startup`: the engine's `build_s` and `capture_s`, the engine process's `engine_s`, the server's
 spawn-to-ready `process_s`); this launches the server `--runs` times with the given engine flags
 and records, per run, the seconds from launch to its "ready" line (`ready_s`, what

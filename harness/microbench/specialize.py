@@ -5,9 +5,9 @@ as aligned, so each such value class is its own compiled variant. The prefix ker
 M tiles per class (TILES) and split count, and its split fold the number of classes, as
 specialized ints; those change with how a decode batch splits into prefix classes, which the
 engine's start-up captures (one class per step) never show. So the first multi-prefix run on a
-machine compiled a variant inside the run (session 18: Table 20 k=16 at 8556 against 9773 tok/s,
-1.5 s in one decode step). Since session 19 the kernels do not specialize those arguments
-(`do_not_specialize`). This benchmark says what that costs and what it saves:
+machine compiled a variant inside the run (a second or more of one decode step). The kernels do
+not specialize those arguments (`do_not_specialize`). This benchmark says what that costs and
+what it saves:
 
 1. per launch, the engine's (unspecialized) kernels against copies compiled from the same
    source with Triton's default specialization, at the class splits of the serving cells

@@ -3,8 +3,8 @@
 The engine compiles its Triton variants at start (`capture_at_start`: every batch bucket's
 single-prefix decode graph, the extend variants). A variant first met inside a run costs a
 compile of 0.5-2 s in one step, but only on a machine whose Triton cache lacks it, so the same
-cell measured twice on one machine gives two numbers (session 18: Table 20 k=16 at 8556 and
-9773 tok/s, the slow one the first k=16 cell on its machine). Triton specializes an int
+cell measured twice on one machine gives two numbers (the slow one the first cell of its kind
+on its machine: `tables/h200/repetitions.md`, A/B label coldcache-before). Triton specializes an int
 argument equal to 1 (compiled in as a constant) or divisible by 16, so a value that depends on
 how a batch splits into prefix classes (tiles per class, splits, the number of classes) makes a
 new variant unless the kernel is told not to specialize it.

@@ -585,8 +585,8 @@ def test_any_request_body_through_the_engine_process(process_server, body):
 def test_a_burst_of_long_prompts_reaches_the_engine_process_while_it_steps():
     """A 16K-token prompt is a ~66 KB message, over a pipe's 64 KB buffer: when the engine process
     read commands only between steps, one prompt got through per step and the server's event loop
-    blocked on each write (session 10's H200 headline cells: 504 single-request prefill steps,
-    TTFT 2.5x). The engine process reads commands on a thread of its own, so a burst arrives while
+    blocked on each write (a burst at Lp=16K became one single-request prefill step per prompt).
+    The engine process reads commands on a thread of its own, so a burst arrives while
     a (simulated, 200 ms) prefill step runs."""
     import functools
 

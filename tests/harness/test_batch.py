@@ -24,11 +24,6 @@ def test_read_cells_refuses_a_fragment_line_instead_of_running_a_default_cell(tm
     assert batch.main(["run", str(f)]) == 2  # before any cell runs
 
 
-def test_every_committed_cell_list_parses():
-    for f in sorted((batch.ROOT / "scripts" / "gpu-batches").glob("*.txt")):
-        assert batch.read_cells(f), f
-
-
 def test_lines_prints_no_empty_line_for_an_empty_selection(capsys):
     assert batch.main(["lines", "table18", "--where", "lp=1"]) == 0
     out = capsys.readouterr()
@@ -99,27 +94,6 @@ def test_tar_new_keeps_new_results_and_leaves_out_run_folders(tmp_path):
         assert ("results/h200/table9/cell.run/server.log" in names) == want_run
 
 
-def test_supersede_moves_the_result_files_a_list_would_overwrite(tmp_path):
-    cells = [["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", f"system={s}", "lp=512", "batch=256",
-              "rep=1", "sweep=table9", "hardware=h200", "results_dir=results", "overwrite=true"]
-             for s in ("paged", "granikv")]
-    res = tmp_path / "results"
-    old = res / "h200" / "table9" / "paged-llama-3.1-8b-tp1-sharegpt-lp512-b256-k1-r1.json"
-    old.parent.mkdir(parents=True)
-    old.write_text('{"old": true}')
-    into = res / "h200" / "history" / "why"
-    hist = into / "table9" / old.name
-    assert batch.supersede(cells, into, res, dry_run=True) == [(old, hist)]
-    assert old.exists()  # a dry run moves nothing
-    moves = batch.supersede(cells, into, res)
-    assert moves == [(old, hist)] and not old.exists()  # the granikv cell had no file
-    assert hist.read_text() == '{"old": true}'
-    old.write_text("{}")
-    with pytest.raises(FileExistsError):  # never overwrite an earlier superseded file
-        batch.supersede(cells, into, res)
-    assert old.exists()
-
-
 def _tarball(path, files: dict[str, bytes]):
     import io
     import tarfile
@@ -132,46 +106,24 @@ def _tarball(path, files: dict[str, bytes]):
     return path
 
 
-def test_land_moves_only_the_files_a_call_replaced_then_extracts(tmp_path):
+def test_land_replaces_only_the_files_a_call_brought_back(tmp_path):
     res = tmp_path / "results"
     kept = res / "h200" / "table9" / "granikv-r0.json"  # its cell failed on the GPU: not in the tarball
     old = res / "h200" / "table9" / "paged-r0.json"
     for p, text in ((kept, "kept"), (old, "old")):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(text)
-    tb = _tarball(tmp_path / "call1.tar.gz", {"results/h200/table9/paged-r0.json": b"new",
-                                              "results/h200/table6/cascade-r0.json": b"fresh",
-                                              "batch-logs/cell00.log": b"log"})
-    into = res / "h200" / "history" / "why"
-    hist = into / "table9" / "paged-r0.json"
-    plan = batch.land(tb, into, res, dry_run=True)
-    assert plan == {"replaced": [(old, hist)], "new": [res / "h200" / "table6" / "cascade-r0.json"]}
-    assert old.read_text() == "old" and not into.exists()  # a dry run changes nothing
-    batch.land(tb, into, res)
-    assert hist.read_text() == "old" and old.read_text() == "new"
-    assert (res / "h200" / "table6" / "cascade-r0.json").read_text() == "fresh"
-    assert kept.read_text() == "kept" and not (into / "table9" / "granikv-r0.json").exists()
+    tb = _tarball(tmp_path / "results.tar.gz", {"results/h200/table9/paged-r0.json": b"new",
+                                                "results/h200/table6/cascade-r0.json": b"fresh",
+                                                "batch-logs/cell00.log": b"log"})
+    fresh = res / "h200" / "table6" / "cascade-r0.json"
+    assert batch.land(tb, res, dry_run=True) == {"replaced": [old], "new": [fresh]}
+    assert old.read_text() == "old" and not fresh.exists()  # a dry run changes nothing
+    assert batch.land(tb, res) == {"replaced": [old], "new": [fresh]}
+    assert old.read_text() == "new" and fresh.read_text() == "fresh" and kept.read_text() == "kept"
     assert not (res / "batch-logs").exists() and not list(res.rglob("*.landing"))
-    # landing again into the same folder would overwrite a history file: refused, nothing moves
-    with pytest.raises(FileExistsError):
-        batch.land(tb, into, res)
-    assert old.read_text() == "new" and hist.read_text() == "old"
-
-
-def test_land_keeps_two_sweeps_cells_of_one_name_apart_in_history(tmp_path):
-    # Table 18's and Table 24's default granikv cells share a file name; one call re-measures both
-    res = tmp_path / "results"
-    name = "granikv-llama-3.1-8b-tp1-burst-lp8192-b256-k1-r0.json"
-    for sweep in ("table18", "table24"):
-        (res / "h200" / sweep).mkdir(parents=True)
-        (res / "h200" / sweep / name).write_text(f"old {sweep}")
-    tb = _tarball(tmp_path / "call.tar.gz", {f"results/h200/{sw}/{name}": f"new {sw}".encode()
-                                             for sw in ("table18", "table24")})
-    into = res / "h200" / "history" / "why"
-    batch.land(tb, into, res)
-    for sweep in ("table18", "table24"):
-        assert (into / sweep / name).read_text() == f"old {sweep}"
-        assert (res / "h200" / sweep / name).read_text() == f"new {sweep}"
+    assert batch.main(["land", str(tb), "--results", str(res)]) == 0  # landing again is harmless
+    assert old.read_text() == "new"
 
 
 @pytest.mark.parametrize("name", ["results/../escape.json", "/results/abs.json"])
@@ -180,7 +132,8 @@ def test_land_refuses_members_outside_results(tmp_path, name):
     res.mkdir()
     tb = _tarball(tmp_path / "bad.tar.gz", {"results/h200/ok.json": b"{}", name: b"x"})
     with pytest.raises(ValueError):
-        batch.land(tb, res / "history" / "x", res)
+        batch.land(tb, res)
+    assert batch.main(["land", str(tb), "--results", str(res)]) == 2
     assert not (res / "h200").exists() and not (tmp_path / "escape.json").exists()
 
 
@@ -273,3 +226,23 @@ def test_a_cell_that_finishes_in_time_returns_its_exit_code(tmp_path):
     with (tmp_path / "cell.log").open("w") as log:
         rc = batch.run_until([sys.executable, "-c", "print('done'); raise SystemExit(3)"], log, timeout_s=30.0)
     assert rc == 3 and (tmp_path / "cell.log").read_text().strip() == "done"
+
+
+def test_prepare_writes_the_commit_the_host_records(tmp_path, monkeypatch):
+    """The host's copy of the tree may have a stale or no .git: scripts/gpu-host-env.sh exports
+    the commit `prepare` wrote as GIT_SHA, which harness.provenance records in every cell."""
+    monkeypatch.setenv("GIT_SHA", "c" * 40)
+    assert batch.write_sha(tmp_path / ".carry" / "src.sha") == "c" * 40
+    assert (tmp_path / ".carry" / "src.sha").read_text().strip() == "c" * 40
+    env = (batch.ROOT / "scripts" / "gpu-host-env.sh").read_text()
+    assert ".carry/src.sha" in env and "GIT_SHA" in env
+
+
+def test_batch_and_the_engine_change_check_do_not_import_each_other():
+    import subprocess
+    import sys
+
+    for first, never in (("harness.engine_changes", "harness.batch"), ("harness.report", "harness.batch"),
+                         ("harness.batch", "harness.engine_changes")):
+        code = f"import sys, {first}; assert {never!r} not in sys.modules"
+        subprocess.run([sys.executable, "-c", code], cwd=batch.ROOT, check=True)

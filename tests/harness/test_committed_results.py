@@ -18,15 +18,24 @@ def test_committed_results_load(folder):
     load_results(RESULTS / folder)
 
 
-def test_committed_repetitions_table_is_current():
+def test_committed_report_is_current():
     """`tables/h200/repetitions.md` is rendered from the committed cells; landing cells without
-    re-rendering it would leave a spread the files no longer show."""
-    from harness import repetitions
+    re-rendering it would leave a spread or an A/B the files no longer show."""
+    from harness import report
 
     committed = RESULTS.parent / "tables" / "h200" / "repetitions.md"
     if not committed.is_file():
-        pytest.skip("no committed repetitions table")
+        pytest.skip("no committed report")
     results = Path("results/h200")  # the render names the folder as given on the command line
-    rendered = repetitions.render(repetitions.collect(RESULTS / "h200"), results)
+    rendered = report.render(report.read_results(RESULTS / "h200"), results)
     assert rendered == committed.read_text(), (
-        "re-render: python -m harness.repetitions --results results/h200 --out tables/h200/repetitions.md")
+        "re-render: python -m harness.report --results results/h200 --out tables/h200/repetitions.md")
+
+
+def test_results_hold_current_cells_only():
+    """Superseded cells and run logs live in git's history, not in results/: a re-measured cell
+    replaces its file (`python -m harness.batch land`)."""
+    for path in RESULTS.rglob("*"):
+        rel = path.relative_to(RESULTS)
+        assert "history" not in rel.parts and "batch-logs" not in rel.parts, rel
+        assert path.suffix != ".log", rel

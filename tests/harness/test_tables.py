@@ -459,7 +459,7 @@ def test_update_readme_replaces_only_the_marked_block(tmp_path):
 
 def test_tagged_ab_cells_are_not_table_inputs(tmp_path):
     """A cell run with tag= (an A/B of a server setting) beside a sweep's cells must not become
-    another repetition of the point: load_results leaves it to harness.ab."""
+    another repetition of the point: load_results leaves it to harness.report."""
     import shutil
 
     root = tmp_path / "fixture-hw"

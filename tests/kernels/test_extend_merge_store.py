@@ -200,7 +200,7 @@ def test_warm_extend_runs_every_variant_on_the_padding_row(split_extend):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="compiled kernels need CUDA")
 def test_extend_split_counts_share_one_variant_after_warm_up():
     """After the start-up warm-up, no split count a serving run can meet (2..32) compiles a new
-    extend or fold variant (session 8: a 3 s extend step on a cold Triton cache)."""
+    extend or fold variant (a compile is seconds of one extend step on a cold Triton cache)."""
     from granikv.attention.ops import KernelOps
     from granikv.kernels.extend import _extend_kernel, _fold_extend_kernel
 
@@ -264,9 +264,10 @@ def test_cascade_plus_suffix_equals_full_decode(form, dtype):
 
 
 def test_extend_splits_long_key_rule():
-    """`long-keys` (EngineConfig.extend_split_rule): the fill rule's picks at session 8's kernel
-    sweep shapes, except >= 4 splits behind >= 8K keys while the one-split programs fit in 6 waves,
-    and one split behind shorter keys once they fill 3/4 of a wave. `fill` is unchanged."""
+    """`long-keys` (EngineConfig.extend_split_rule): the fill rule's picks at the kernel sweep's
+    shapes (results/h200/microbench/extend-steps.json), except >= 4 splits behind >= 8K keys while
+    the one-split programs fit in 6 waves, and one split behind shorter keys once they fill 3/4 of
+    a wave. `fill` is unchanged."""
     fill, lk = ExtendSplitPolicy.named("fill"), ExtendSplitPolicy.named("long-keys")
     assert fill == ExtendSplitPolicy()
     kw = dict(num_q_heads=32, num_kv_heads=8, head_dim=128, block_m=128, sms=132)
