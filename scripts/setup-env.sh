@@ -11,7 +11,7 @@ if [[ -f "$STAMP" ]]; then exit 0; fi
 python -m pip install -q --upgrade pip
 # The CPU build first: an unpinned torch would pull a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[harness,test]"
 rm -f .venv/.granikv-setup-*
 touch "$STAMP"
 echo "environment ready: .venv"
