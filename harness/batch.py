@@ -157,7 +157,7 @@ def compose(overrides: list[str]):
 
 def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     """Generate each cell's workload file (workloads/) and write an .xz copy into `carry`."""
-    from harness.cell import ensure_workload, workload_config
+    from harness.cell_config import ensure_workload, workload_config
 
     carry.mkdir(parents=True, exist_ok=True)
     done: dict[Path, Path] = {}
@@ -181,7 +181,7 @@ def supersede(cells: list[list[str]], into: Path, results_root: Path,
     tracked, a plain move otherwise), so re-measured cells replace it without losing it.
     Result paths are resolved as the cell would write them, under `results_root` (the repo's
     results/ by default) instead of the list's `results_dir`. Returns the (from, to) pairs."""
-    from harness.cell import result_path
+    from harness.cell_config import result_path
 
     moves = []
     for ov in cells:
@@ -337,7 +337,7 @@ def measured_at_this_commit(ov: list[str], sha: str | None = None) -> str | None
     tree never counts as the same commit."""
     if "overwrite=true" not in ov:
         return None
-    from harness.cell import result_path
+    from harness.cell_config import result_path
     from harness.provenance import git_sha
 
     sha = sha or git_sha(default=None)
