@@ -36,7 +36,7 @@ import aiohttp
 
 from granikv.server import aio
 from harness.metrics import RequestRecord, compute_metrics
-from harness.workloads import Request, read_workload
+from harness.workloads import WorkloadRequest, read_workload
 
 # Streamed lines can be long (cumulative text); bench_serving raises aiohttp's 64 KiB default too.
 _READ_BUFSIZE = 10 * 1024**2
@@ -112,7 +112,7 @@ class BenchmarkResult:
         return d
 
 
-def build_payload(req: Request, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
+def build_payload(req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
     """The JSON body of `POST /generate` for `req`."""
     payload: dict[str, Any] = {
         "input_ids": req.input_ids,
@@ -129,7 +129,7 @@ def build_payload(req: Request, max_new_tokens: int, cfg: ClientConfig) -> dict[
 
 
 async def send_request(
-    session: aiohttp.ClientSession, url: str, req: Request, max_new_tokens: int, cfg: ClientConfig
+    session: aiohttp.ClientSession, url: str, req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig
 ) -> RequestRecord:
     """POST one streaming request and record its timeline; never raises (but on cancel)."""
     rec = RequestRecord(id=req.id, prompt_len=len(req.input_ids), max_new_tokens=max_new_tokens)
@@ -261,7 +261,7 @@ def _progress(total: int, cfg: ClientConfig):
                 unit="req", dynamic_ncols=True)
 
 
-async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientConfig,
+async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg: ClientConfig,
                         on_warmed: Callable[[], Awaitable[Any]] | None = None) -> BenchmarkResult:
     """Offer `requests` to the server at `base_url` as `cfg` says; return metrics and records.
     `on_warmed` is awaited after the warm-up (and flush), right before the measured run: the
@@ -292,7 +292,7 @@ async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientC
         max_in_flight = 0
         bar = _progress(len(requests), cfg)
 
-        async def one(req: Request, ready_at: float) -> RequestRecord:
+        async def one(req: WorkloadRequest, ready_at: float) -> RequestRecord:
             nonlocal in_flight, max_in_flight
             delay = ready_at - time.perf_counter()
             if delay > 0:

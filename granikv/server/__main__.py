@@ -47,7 +47,7 @@ async def serve(args: argparse.Namespace) -> None:
     cfg = config_from_args(args)
     log.info("starting engine: %s", cfg)
     if args.engine_thread:
-        from granikv.engine.factory import create_engine
+        from granikv.engine.tp import create_engine
         from granikv.server.loop import EngineLoop
 
         engine = create_engine(cfg)
