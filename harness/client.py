@@ -84,7 +84,7 @@ class BenchmarkResult:
     max_in_flight: int = 0
     config: ClientConfig = field(default_factory=ClientConfig)
     # this process's CPU seconds over the measured run: near duration_s, the client was the
-    # bottleneck (one asyncio loop reads every chunk; harness/microbench/client_stream.py)
+    # bottleneck (one asyncio loop reads every chunk; harness/diagnostics/client_stream.py)
     client_cpu_s: float | None = None
 
     def errors(self) -> dict[str, int]:
@@ -162,7 +162,7 @@ _META_KEY = b'"meta_info":'
 def _chunk(data: bytes) -> dict:
     """One `data:` event's object. The server (ours and SGLang's) puts `meta_info` last, after the
     cumulative text and ids, and the client needs only that: parsing just the tail keeps a chunk's
-    cost flat as the output grows (harness/microbench/client_stream.py). The tail is trusted only
+    cost flat as the output grows (harness/diagnostics/client_stream.py). The tail is trusted only
     when it is exactly the object's last value — a nested or quoted `"meta_info":` leaves it
     unbalanced, so it fails to parse — and no `"error":` key precedes it (inside a JSON string
     the quotes would be escaped, so text cannot fake either); else: a full parse."""

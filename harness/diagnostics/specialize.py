@@ -16,8 +16,8 @@ machine compiled a variant inside the run (session 18: Table 20 k=16 at 8556 aga
 2. the first launch of each case on each kernel copy, host wall time: with an empty Triton
    cache (`TRITON_CACHE_DIR` pointing at a new folder) that is the compile a serving run paid.
 
-    python -m harness.microbench.specialize            # -> results/h200/microbench/specialize.json
-    TRITON_CACHE_DIR=$(mktemp -d) python -m harness.microbench.specialize
+    python -m harness.diagnostics.specialize            # -> results/h200/microbench/specialize.json
+    TRITON_CACHE_DIR=$(mktemp -d) python -m harness.diagnostics.specialize
 """
 
 from __future__ import annotations
