@@ -124,6 +124,14 @@ def _sdpa(F, sdpa_kernel, be, q, k, v, scale, gqa):
         return F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
 
 
+def _record_unique_decode(bn: Bench, b: int, length: int, g: int, t, io: int, fl: float, ms, **tag) -> None:
+    """decode_paged over per-request pages: bytes = every request's K/V + q/o + its slot indices;
+    kv_GBps counts the K/V alone (the Table 5 "unique (paged)" row and the sweep's)."""
+    kv_all = b * length * bn.kv_tok
+    bn.record("decode_paged", "unique", b, length, g, t, kv_all + io + b * length * 4, fl, **tag, max_splits=ms,
+              kv_GBps=round(kv_all / t.us / 1e3, 1))
+
+
 def table5(bn: Bench, best: dict) -> None:
     p = bn.plan
     b, length, g = p.headline_b, p.headline_lp, 4
@@ -137,19 +145,7 @@ def table5(bn: Bench, best: dict) -> None:
     bn.check_rows("decode_paged/unique", o, lse, q, lambda r: tu[r], [0, b // 2, b - 1])
     t = bn.time(fn)
     if t:
-        bn.record(
-            "decode_paged",
-            "unique",
-            b,
-            length,
-            g,
-            t,
-            kv_all + io + b * length * 4,
-            fl,
-            table5=True,
-            max_splits=ms,
-            kv_GBps=round(kv_all / t.us / 1e3, 1),
-        )
+        _record_unique_decode(bn, b, length, g, t, io, fl, ms, table5=True)
     ts = bn.shared_table(b, length)
     fn, ms = bn.decode_fn(q, ts, length, best["decode"], best.get("decode_splits"))
     o, lse = fn()
@@ -206,24 +202,11 @@ def sweep(bn: Bench, best: dict) -> None:
                 q = bn.q(b, g)
                 io = bn.io_bytes(b, g)
                 fl = bn.attn_flops(b, g, length)
-                kv_all = b * length * bn.kv_tok
                 tu = bn.unique_table(b, length)
                 fn, ms = bn.decode_fn(q, tu, length, best["decode"])
                 t = bn.time(fn)
                 if t:
-                    bn.record(
-                        "decode_paged",
-                        "unique",
-                        b,
-                        length,
-                        g,
-                        t,
-                        kv_all + io + b * length * 4,
-                        fl,
-                        sweep=True,
-                        max_splits=ms,
-                        kv_GBps=round(kv_all / t.us / 1e3, 1),
-                    )
+                    _record_unique_decode(bn, b, length, g, t, io, fl, ms, sweep=True)
                 del tu, fn
                 for op, cfg in (
                     ("prefix_cascade", best["cascade"]),
