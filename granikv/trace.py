@@ -1,7 +1,7 @@
 """Named ranges around the engine's phases (schedule, plan, dispatch, forward, sample).
 
 Each range is a `torch.profiler.record_function` (visible in torch.profiler traces, which is
-what harness/profile.py reads) and, on CUDA hosts, an NVTX range (visible in Nsight tools).
+what granikv/profiling.py reads) and, on CUDA hosts, an NVTX range (visible in Nsight tools).
 Both cost well under a microsecond when no profiler is attached.
 """
 

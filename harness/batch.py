@@ -148,7 +148,7 @@ def compose(overrides: list[str]):
 
 def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     """Generate each cell's workload file (workloads/) and write an .xz copy into `carry`."""
-    from harness.cell import ensure_workload, workload_config
+    from harness.cell_config import ensure_workload, workload_config
 
     carry.mkdir(parents=True, exist_ok=True)
     done: dict[Path, Path] = {}
@@ -299,7 +299,7 @@ def measured_at_this_commit(ov: list[str], sha: str | None = None) -> str | None
     tree never counts as the same commit."""
     if "overwrite=true" not in ov:
         return None
-    from harness.cell import result_path
+    from harness.cell_config import result_path
     from harness.provenance import git_sha
 
     sha = sha or git_sha(default=None)

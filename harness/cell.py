@@ -26,326 +26,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import fcntl
-import hashlib
 import json
-import math
 import os
-import platform
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import hydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from granikv.server import aio
 from harness import systems
-from harness.provenance import git_sha
+from harness.cell_config import (
+    CellError,
+    check_header,
+    effective_m_sat,
+    engine_args,
+    ensure_workload,
+    identity,
+    max_context_for,
+    plain,
+    result_path,
+    workload_config,
+)
+from harness.cell_env import check_gpus_idle, environment
 from harness.sweeps import ROOT, cell_id
 
 EXIT_EXISTS = 3
-FORCE_CASCADE_M_SAT = 2**31  # never dense: the SGL-C/GKV column of Tables 13-14
 PROFILE_STEPS = 20  # decode steps in a profile=true cell's capture window (harness.profile)
-
-
-class CellError(RuntimeError):
-    """A cell could not be measured; the message says why."""
-
-
-# --------------------------------------------------------------------------- config -> values
-
-
-def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The top-level values that name the cell (config groups by name)."""
-    return {
-        "system": cfg.system.name, "model": cfg.model.name, "tp": cfg.tp, "workload": cfg.workload.kind,
-        "lp": cfg.lp, "batch": cfg.batch, "k": cfg.k, "rep": cfg.rep, "hot_fraction": cfg.hot_fraction,
-        "cold_page_size": cfg.cold_page_size, "page_size": cfg.page_size, "m_sat": cfg.m_sat,
-        "rate": rate_value(cfg.rate), "tag": cfg.get("tag"),
-    }
-
-
-def _cell_id_resolver(*, _root_: DictConfig) -> str:
-    return cell_id(identity(_root_))
-
-
-if not OmegaConf.has_resolver("cell_id"):
-    OmegaConf.register_new_resolver("cell_id", _cell_id_resolver)
-
-
-def plain(node: Any) -> Any:
-    """A plain Python value of a config node (DictConfig/ListConfig resolved, others as is)."""
-    if OmegaConf.is_config(node):
-        return OmegaConf.to_container(node, resolve=True)
-    return node
-
-
-def rate_value(rate: Any) -> float | str:
-    """`inf` (the string the YAML gives) or a positive number."""
-    r = float(str(rate))
-    if not r > 0:
-        raise CellError(f"rate must be > 0 or inf, got {rate!r}")
-    return "inf" if math.isinf(r) else r
-
-
-def result_path(cfg: DictConfig) -> Path:
-    return Path(cfg.results_dir) / cfg.hardware.name / cfg.sweep.name / f"{cell_id(identity(cfg))}.json"
-
-
-def group_size(model: Mapping[str, Any]) -> int:
-    return int(model["num_heads"]) // int(model["num_kv_heads"])
-
-
-def hardware_m_sat(block: Any, g: int) -> int | None:
-    """The fitted threshold for GQA group size g from a hardware file's `m_sat` entry.
-
-    Accepts a number, or a mapping keyed by g (`4`, `"4"`, `"g4"`), possibly nested one level
-    (e.g. `{by_group_size: {4: 1024}}`), or holding a single `value`/`m_sat`.
-    """
-    if block is None:
-        return None
-    if isinstance(block, int | float) and not isinstance(block, bool):
-        return int(block)
-    if isinstance(block, Mapping):
-        for key in (g, str(g), f"g{g}", f"g={g}"):
-            if key in block and isinstance(block[key], int | float):
-                return int(block[key])
-        for key in ("value", "m_sat", "default"):
-            if isinstance(block.get(key), int | float):
-                return int(block[key])
-        for sub in block.values():
-            if isinstance(sub, Mapping):
-                found = hardware_m_sat({k: v for k, v in sub.items() if not isinstance(v, Mapping)}, g)
-                if found is not None:
-                    return found
-    return None
-
-
-def kv_budget_gb(hw: Mapping[str, Any], model_name: str, tp: int) -> float | None:
-    """The KV budget per rank: the hardware file's number, or the emulated GPU's leftover.
-
-    Emulation (conf/hardware/a100-40gb.yaml documents the arithmetic):
-    hbm_gib * 2^30 * static_fraction - bf16 weights per rank, in GB (1e9 bytes, as the engine).
-    """
-    if hw.get("kv_budget_gb") is not None:
-        return float(hw["kv_budget_gb"])
-    emu = hw.get("emulate")
-    if not emu:
-        return None
-    from granikv.model.spec import load_spec
-
-    weights_gb = load_spec(model_name).num_params() * 2 / 1e9 / tp
-    budget = float(emu["hbm_gib"]) * 2**30 * float(emu["static_fraction"]) / 1e9 - weights_gb
-    if budget <= 0:
-        raise CellError(f"{model_name} at TP={tp} does not fit {hw['name']}: weights {weights_gb:.1f} GB per rank")
-    return round(budget, 3)
-
-
-def workload_config(cfg: DictConfig):
-    """The WorkloadConfig of the cell: the workload group, with the top-level lp/k/n/output_len."""
-    from harness.workloads import WorkloadConfig
-
-    wl = plain(cfg.workload)
-    names = {f.name for f in fields(WorkloadConfig)}
-    d = {k: v for k, v in wl.items() if k in names}
-    d.update(lp=int(cfg.lp), k=int(cfg.k), num_requests=int(cfg.num_prompts), output_len=int(cfg.output_len))
-    if d.get("vocab_size") is None:
-        d["vocab_size"] = int(cfg.model.vocab_size)  # ids must be valid for the model (tiny: 1024)
-    if d.get("kind") == "hetero" and not d.get("lps"):
-        return WorkloadConfig.for_kind("hetero", **{k: v for k, v in d.items() if k not in ("kind", "lps")})
-    return WorkloadConfig.from_dict(d)
-
-
-# THIN ADAPTER (pipeline side): harness.workloads.workload_filename loads the tokenizer (about
-# 9 s of BPE tables on this host) only to learn its name and vocabulary size. For the default
-# tokenizer (tokenizer_path None: cl100k_base) both are constants, so the name is derived with
-# them filled in; `check_header` verifies them against every file actually read. Drop this when
-# workload_filename stops loading the tokenizer.
-DEFAULT_TOKENIZER = ("cl100k", 100277)
-
-
-def workload_file_name(wcfg) -> str:
-    from harness import workloads
-
-    if wcfg.tokenizer_path is not None:
-        return workloads.workload_filename(wcfg)
-    original = workloads._tokenizer_tag
-    workloads._tokenizer_tag = lambda path: DEFAULT_TOKENIZER if path is None else original(path)
-    try:
-        return workloads.workload_filename(wcfg)
-    finally:
-        workloads._tokenizer_tag = original
-
-
-def check_header(header: Mapping[str, Any], wcfg, path: Path) -> None:
-    if wcfg.tokenizer_path is None and (header.get("tokenizer"), header.get("n_vocab")) != DEFAULT_TOKENIZER:
-        raise CellError(f"{path}: tokenizer {header.get('tokenizer')}/{header.get('n_vocab')} is not the "
-                        f"expected default {DEFAULT_TOKENIZER}; delete the file or set workload.tokenizer_path")
-
-
-def ensure_workload(wcfg, workloads_dir: Path) -> Path:
-    """The workload file for `wcfg`, generated under a file lock if absent (parallel cells share it)."""
-    from harness.workloads import write
-
-    path = Path(workloads_dir) / workload_file_name(wcfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = hashlib.blake2b(str(path.resolve()).encode(), digest_size=8).hexdigest()
-    with open(Path(tempfile.gettempdir()) / f"granikv-workload-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
-            write(wcfg, path)
-    return path
-
-
-def engine_args(cfg: DictConfig, max_context: int) -> dict[str, Any]:
-    """EngineConfig fields for the bundled engine (validated by building an EngineConfig)."""
-    from granikv.config import EngineConfig
-
-    m_sat = effective_m_sat(cfg)
-    args: dict[str, Any] = {
-        "model": cfg.model.name, "system": cfg.system.name, "tp": int(cfg.tp), "device": cfg.hardware.device,
-        "page_size": int(cfg.page_size), "cold_page_size": int(cfg.cold_page_size),
-        "hot_fraction": float(cfg.hot_fraction), "m_sat": m_sat,
-        "kv_budget_gb": kv_budget_gb(plain(cfg.hardware), cfg.model.name, int(cfg.tp)),
-        "max_running": int(cfg.server.max_running or cfg.batch), "max_context": max_context,
-        "kernel_impl": cfg.server.kernel_impl, "cuda_graphs": cfg.server.cuda_graphs,
-    }
-    if cfg.system.name == "granikv":  # the dispatcher's plain-path threshold, fitted per GPU
-        args["prefix_pass_min_saved_mib"] = cfg.hardware.get("prefix_pass_min_saved_mib")
-    args.update(plain(cfg.system.get("engine_args")) or {})
-    args.update(plain(cfg.server.extra) or {})
-    known = {f.name for f in fields(EngineConfig)}
-    unknown = sorted(set(args) - known)
-    if unknown:
-        raise CellError(f"not EngineConfig fields: {unknown}")
-    try:
-        EngineConfig(**{k: v for k, v in args.items() if v is not None})
-    except (TypeError, ValueError) as e:
-        raise CellError(f"invalid engine configuration: {e}") from e
-    return args
-
-
-def effective_m_sat(cfg: DictConfig) -> int:
-    from granikv.config import EngineConfig
-
-    if cfg.m_sat is not None:
-        return int(cfg.m_sat)
-    hw = plain(cfg.hardware)
-    g = group_size(cfg.model)
-    # the kernels microbench writes `m_sat` (g=4) and `m_sat_by_g` (per group size) into the file
-    fitted = hardware_m_sat(hw.get("m_sat_by_g"), g) if hw.get("m_sat_by_g") else None
-    fitted = fitted if fitted is not None else hardware_m_sat(hw.get("m_sat"), g)
-    return fitted if fitted is not None else EngineConfig().m_sat
-
-
-def max_context_for(cfg: DictConfig, requests) -> int:
-    if cfg.server.max_context:
-        return int(cfg.server.max_context)
-    longest = max(len(r.input_ids) for r in requests) + int(cfg.output_len)
-    return int(math.ceil((longest + 16) / 256) * 256)
-
-
-# --------------------------------------------------------------------------- environment
-
-
-def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
-def gpus() -> tuple[str, int]:
-    """(GPU name, count) from nvidia-smi, without importing torch in this process (slow, and the
-    server is the one that uses the GPU)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return f"none (CPU: {platform.processor() or platform.machine()})", 0
-    names = [line.strip() for line in out.splitlines() if line.strip()]
-    return (", ".join(sorted(set(names))), len(names)) if names else ("none", 0)
-
-
-def parse_gpu_memory(text: str) -> list[dict[str, int]]:
-    """`nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits` rows."""
-    rows = []
-    for line in text.splitlines():
-        parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 3 and all(x.isdigit() for x in parts):
-            rows.append({"index": int(parts[0]), "used_mib": int(parts[1]), "total_mib": int(parts[2])})
-    return rows
-
-
-def gpu_memory() -> list[dict[str, int]] | None:
-    """Device memory in use on every GPU before the cell's server starts. The engine sizes its KV
-    cache from the memory it finds free, so memory another process still holds shrinks the cell's
-    KV capacity (a Table 20 k=64 cell next to another process's memory gets far fewer slots than
-    on an idle H200) and with it every KV-bound number. Recorded so that a cell's
-    capacity can always be explained."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
-                             check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return parse_gpu_memory(out)
-
-
-def busy_gpus(rows: list[dict[str, int]], tp: int, visible: str | None, limit_mib: int) -> list[dict[str, int]]:
-    """The GPUs this cell's server will use (the first `tp` of CUDA_VISIBLE_DEVICES, or of all)
-    that already hold more than `limit_mib` of memory.
-
-    Why refuse such a cell: the engine sizes its KV pool from the memory it finds free, and a
-    process still holding the GPU is usually an earlier cell's server that outlived its cell
-    (a cell killed outright cannot stop it). Measured beside it, a cell runs a smaller engine on
-    a shared GPU, and its numbers look like an engine regression."""
-    indices = [r["index"] for r in rows]
-    if visible is not None and visible.strip():
-        parts = [x.strip() for x in visible.split(",")]
-        if all(x.isdigit() for x in parts):
-            indices = [int(x) for x in parts]
-    use = set(indices[:max(1, tp)])
-    return [r for r in rows if r["index"] in use and r["used_mib"] > limit_mib]
-
-
-def check_gpus_idle(cfg: DictConfig) -> list[dict[str, int]] | None:
-    """Read every GPU's memory before the server starts (recorded as env.gpu_memory_at_start)
-    and raise CellError when one this cell will use is busy (`server.busy_gpu_mib`; null: no
-    check)."""
-    rows = gpu_memory()
-    limit = cfg.server.get("busy_gpu_mib")
-    on_gpu = cfg.system.kind != "engine" or cfg.hardware.get("device", "cuda") != "cpu"
-    if rows and limit is not None and on_gpu:  # a CPU cell on a GPU host shares nothing with it
-        busy = busy_gpus(rows, int(cfg.tp), os.environ.get("CUDA_VISIBLE_DEVICES"), int(limit))
-        if busy:
-            held = ", ".join(f"GPU {r['index']}: {r['used_mib']} of {r['total_mib']} MiB" for r in busy)
-            raise CellError(
-                f"the GPU is not idle before the server starts ({held}); another process — often an "
-                f"earlier cell's server that outlived its cell — holds it, and the engine would size its "
-                f"KV pool from what is left. `nvidia-smi --query-compute-apps=pid,used_memory "
-                f"--format=csv` names it; stop it, or pass server.busy_gpu_mib=null to measure anyway")
-    return rows
-
-
-def environment(started_at: str, gpu_memory_at_start: list[dict[str, int]] | None) -> dict[str, Any]:
-    gpu, count = gpus()
-    return {
-        "gpu": gpu, "gpu_count": count, "torch": _version("torch"), "triton": _version("triton"),
-        "python": platform.python_version(), "git_sha": git_sha(), "started_at": started_at,
-        "host": platform.node(), "cpu_count": os.cpu_count(),
-        "gpu_memory_at_start": gpu_memory_at_start,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-    }
 
 
 # --------------------------------------------------------------------------- engine counters
@@ -521,8 +234,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
         # never to an external server that may reject unknown fields
         send_prefix_hint=bool(cfg.client.send_prefix_hint) and cfg.system.kind == "engine",
         request_timeout_s=float(cfg.client.request_timeout_s),
-        progress=bool(cfg.client.progress), api=str(cfg.client.get("api") or "generate"),
-        model=cfg.client.get("model") or cfg.model.name)
+        progress=bool(cfg.client.progress))
 
     gpu_at_start = check_gpus_idle(cfg)
     t0 = time.monotonic()

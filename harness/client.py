@@ -48,7 +48,7 @@ import aiohttp
 
 from granikv.server import aio
 from harness.metrics import RequestRecord, compute_metrics
-from harness.workloads import Request, read_workload
+from harness.workloads import WorkloadRequest, read_workload
 
 # Streamed lines can be long (cumulative text); bench_serving raises aiohttp's 64 KiB default too.
 _READ_BUFSIZE = 10 * 1024**2
@@ -101,7 +101,7 @@ class BenchmarkResult:
     max_in_flight: int = 0
     config: ClientConfig = field(default_factory=ClientConfig)
     # this process's CPU seconds over the measured run: near duration_s, the client was the
-    # bottleneck (one asyncio loop reads every chunk; harness/microbench/client_stream.py)
+    # bottleneck (one asyncio loop reads every chunk; harness/diagnostics/client_stream.py)
     client_cpu_s: float | None = None
 
     def errors(self) -> dict[str, int]:
@@ -129,7 +129,7 @@ class BenchmarkResult:
         return d
 
 
-def build_payload(req: Request, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
+def build_payload(req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
     """The JSON body of `POST /generate` (or `/v1/completions`, per `cfg.api`) for `req`."""
     payload: dict[str, Any]
     if cfg.api == "completions":
@@ -154,7 +154,7 @@ def build_payload(req: Request, max_new_tokens: int, cfg: ClientConfig) -> dict[
 
 
 async def send_request(
-    session: aiohttp.ClientSession, url: str, req: Request, max_new_tokens: int, cfg: ClientConfig
+    session: aiohttp.ClientSession, url: str, req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig
 ) -> RequestRecord:
     """POST one streaming request and record its timeline; never raises (but on cancel)."""
     rec = RequestRecord(id=req.id, prompt_len=len(req.input_ids), max_new_tokens=max_new_tokens)
@@ -187,7 +187,7 @@ _META_KEY = b'"meta_info":'
 def _chunk(data: bytes) -> dict:
     """One `data:` event's object. The server (ours and SGLang's) puts `meta_info` last, after the
     cumulative text and ids, and the client needs only that: parsing just the tail keeps a chunk's
-    cost flat as the output grows (harness/microbench/client_stream.py). The tail is trusted only
+    cost flat as the output grows (harness/diagnostics/client_stream.py). The tail is trusted only
     when it is exactly the object's last value — a nested or quoted `"meta_info":` leaves it
     unbalanced, so it fails to parse — and no `"error":` key precedes it (inside a JSON string
     the quotes would be escaped, so text cannot fake either); else: a full parse."""
@@ -321,7 +321,7 @@ def _progress(total: int, cfg: ClientConfig):
                 unit="req", dynamic_ncols=True)
 
 
-async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientConfig,
+async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg: ClientConfig,
                         on_warmed: Callable[[], Awaitable[Any]] | None = None) -> BenchmarkResult:
     """Offer `requests` to the server at `base_url` as `cfg` says; return metrics and records.
     `on_warmed` is awaited after the warm-up (and flush), right before the measured run: the
@@ -352,7 +352,7 @@ async def run_benchmark(base_url: str, requests: Sequence[Request], cfg: ClientC
         max_in_flight = 0
         bar = _progress(len(requests), cfg)
 
-        async def one(req: Request, ready_at: float) -> RequestRecord:
+        async def one(req: WorkloadRequest, ready_at: float) -> RequestRecord:
             nonlocal in_flight, max_in_flight
             delay = ready_at - time.perf_counter()
             if delay > 0:

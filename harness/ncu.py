@@ -197,7 +197,7 @@ def launch_table5(layouts: Sequence[str], warmup: int, repeats: int, smoke: bool
 
     from granikv.kernels.decode_paged import DecodeConfig
     from granikv.kernels.prefix_dense import DENSE_CONFIG
-    from harness.microbench.kernels import FULL, SMOKE, Bench
+    from harness.microbench.kernel_bench import FULL, SMOKE, Bench
 
     bn = Bench(SMOKE if smoke else FULL, smoke)
     b, length = bn.plan.headline_b, bn.plan.headline_lp

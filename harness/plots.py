@@ -39,7 +39,7 @@ import yaml  # noqa: E402
 
 from harness.paper import PAPER_HARDWARE, paper_figure, paper_table  # noqa: E402
 from harness.results import ResultSet, load_results  # noqa: E402
-from harness.tables import TOK, canonical_model, where  # noqa: E402
+from harness.table_queries import TOK, canonical_model, where  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SYSTEM_STYLE: Mapping[str, tuple[str, str]] = {"paged": ("SGLang default (paged)", "tab:gray"),

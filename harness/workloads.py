@@ -190,7 +190,7 @@ class WorkloadConfig:
 
 
 @dataclass
-class Request:
+class WorkloadRequest:
     """One request of a workload file (see the module docstring for field meanings)."""
 
     id: str
@@ -228,7 +228,7 @@ class Request:
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Request:
+    def from_dict(cls, d: dict[str, Any]) -> WorkloadRequest:
         return cls(
             id=str(d["id"]),
             input_ids=[int(x) for x in d["input_ids"]],
@@ -247,7 +247,7 @@ class Workload:
     """A generated workload: the header (provenance) and the requests."""
 
     header: dict[str, Any]
-    requests: list[Request] = field(default_factory=list)
+    requests: list[WorkloadRequest] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- randomness
@@ -361,7 +361,7 @@ def build(cfg: WorkloadConfig) -> Workload:
     for i in range(cfg.num_requests):
         c = i % cfg.k
         requests.append(
-            Request(
+            WorkloadRequest(
                 id=f"{cfg.kind}-{i:0{width}d}",
                 input_ids=prompts[c] + suffixes[i],
                 prefix_id=(f"a{c}" if cfg.kind == "agents" else f"p{c}") if lengths[c] > 0 else None,
@@ -387,7 +387,7 @@ def build(cfg: WorkloadConfig) -> Workload:
     return Workload(header=header, requests=requests)
 
 
-def generate(cfg: WorkloadConfig) -> list[Request]:
+def generate(cfg: WorkloadConfig) -> list[WorkloadRequest]:
     """The requests of the workload described by `cfg`."""
     return build(cfg).requests
 
@@ -412,13 +412,13 @@ def read_workload(path: str | Path) -> Workload:
         header = json.loads(f.readline())
         if header.get("granikv_workload") != FORMAT_VERSION:
             raise ValueError(f"{path}: not a workload file of format {FORMAT_VERSION}")
-        requests = [Request.from_dict(json.loads(line)) for line in f if line.strip()]
+        requests = [WorkloadRequest.from_dict(json.loads(line)) for line in f if line.strip()]
     if len(requests) != header.get("num_requests"):
         raise ValueError(f"{path}: header says {header.get('num_requests')} requests, found {len(requests)}")
     return Workload(header=header, requests=requests)
 
 
-def read(path: str | Path) -> list[Request]:
+def read(path: str | Path) -> list[WorkloadRequest]:
     """The requests of a workload file."""
     return read_workload(path).requests
 

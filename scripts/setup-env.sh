@@ -46,7 +46,7 @@ case "$MODE" in
     cuda) python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==2.13.0" ;;
     host) ;;
 esac
-python -m pip install -q -e ".[test]"
+python -m pip install -q -e ".[harness,test]"
 if [[ "$MODE" != cpu ]]; then
     if ! python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         echo "error: GRANIKV_TORCH=$MODE but torch $(python -c 'import torch; print(torch.__version__)') in .venv" \

@@ -94,7 +94,7 @@ class Engine:
             raise ValueError("input_ids must not be empty")
         # One conversion, vectorized checks: this runs on the engine's step loop, and at a 16K
         # prompt `list(map(int, ...))` plus min/max over the list and the Request's int32 copy
-        # cost ~0.9 ms (harness.microbench.admission); the array is what the storage takes.
+        # cost ~0.9 ms (harness.diagnostics.admission); the array is what the storage takes.
         arr = np.asarray(input_ids)
         if arr.ndim != 1 or arr.dtype.kind not in "iub":
             raise ValueError("input_ids must be a flat sequence of integer token ids")

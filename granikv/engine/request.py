@@ -69,7 +69,7 @@ class Request:
     finish_time: float | None = None
     # the prompt as int32, converted once: admission, cache_prompt and finish each hand the
     # storage the prompt's tokens, and converting a 16K-token list each time is host time per
-    # request that grows with Lp (harness.microbench.admission)
+    # request that grows with Lp (harness.diagnostics.admission)
     prompt_arr: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     prefix_key: tuple[int, bytes] | None = field(default=None, repr=False)  # the scheduler's, cached
 

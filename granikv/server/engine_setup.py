@@ -40,7 +40,7 @@ def build_engine(cfg: EngineConfig, requested: str = AUTO):
     cfg, interpret = resolve_kernels(cfg, requested, torch.cuda.is_available())
     if interpret:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from granikv.engine.factory import create_engine
+    from granikv.engine.tp import create_engine
 
     return create_engine(cfg)
 

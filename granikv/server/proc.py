@@ -110,7 +110,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     t_start = time.perf_counter()
     try:
         if factory is None:
-            from granikv.engine.factory import create_engine as factory
+            from granikv.engine.tp import create_engine as factory
 
         engine = factory(cfg)
     except Exception as e:  # noqa: BLE001 - reported to the server, which exits with it

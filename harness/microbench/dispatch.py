@@ -48,8 +48,8 @@ def run(args) -> dict:
     from granikv.config import EngineConfig
     from granikv.engine.engine import Engine
     from granikv.engine.request import SamplingParams
+    from granikv.profiling import host_phase_ms, kernel_events
     from harness.microbench.engine_steps import make_prompts, prefill_all, sync
-    from harness.profile import host_phase_ms, kernel_events
 
     cuda = args.device == "cuda"
     cfg = EngineConfig(model=args.model, device=args.device, system="granikv", m_sat=args.m_sat,

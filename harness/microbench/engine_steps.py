@@ -82,7 +82,7 @@ def busy_and_span_ms(prof) -> tuple[float, float]:
     """(GPU-busy ms, window ms) of a profiler session: the union of GPU activity intervals
     (record_function ranges mirrored on the GPU timeline are not activity; harness.profile
     drops them) and the span from the first activity's start to the last one's end."""
-    from harness.profile import kernel_events, union_us
+    from granikv.profiling import kernel_events, union_us
 
     ivs = [(s, e) for _, s, e in kernel_events(prof)]
     if not ivs:

@@ -135,8 +135,8 @@ def run_engine(args) -> list[dict]:
 
     from granikv.config import EngineConfig
     from granikv.engine.engine import Engine
-    from granikv.engine.factory import create_engine
     from granikv.engine.request import SamplingParams
+    from granikv.engine.tp import create_engine
     from granikv.model.spec import load_spec
     from granikv.model.weights import load_model
     from harness.microbench.engine_steps import busy_and_span_ms, sync

@@ -43,8 +43,7 @@ from granikv.engine.scheduler import Step
 from granikv.memory.storage import storage_from_config
 from granikv.model.spec import load_spec
 from harness.microbench._timing import env_info
-from harness.workloads import Request as WorkloadRequest
-from harness.workloads import read_workload
+from harness.workloads import WorkloadRequest, read_workload
 
 FIXED_TOKEN = 13  # what every stub step "samples"; any id outside the model's EOS ids
 

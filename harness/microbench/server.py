@@ -137,12 +137,12 @@ async def _stats(loop) -> dict:
 def write_workload(path: Path, n: int, prompt_len: int, output_len: int) -> None:
     from dataclasses import asdict
 
-    from harness.workloads import FORMAT_VERSION, Request
+    from harness.workloads import FORMAT_VERSION, WorkloadRequest
 
     with path.open("w") as f:
         f.write(json.dumps({"granikv_workload": FORMAT_VERSION, "kind": "sim", "num_requests": n}) + "\n")
         for i in range(n):
-            r = Request(id=f"sim{i}", input_ids=[1 + (i + j) % 1000 for j in range(prompt_len)], prefix_id=None,
+            r = WorkloadRequest(id=f"sim{i}", input_ids=[1 + (i + j) % 1000 for j in range(prompt_len)], prefix_id=None,
                         shared_prefix_len=0, output_len=output_len, arrival={"process": "burst"})
             f.write(json.dumps(asdict(r)) + "\n")
 

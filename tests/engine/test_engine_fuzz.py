@@ -19,8 +19,8 @@ from engine_testutil import tiny_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from granikv.engine.factory import create_engine
 from granikv.engine.request import SamplingParams, Status
+from granikv.engine.tp import create_engine
 
 PREFIX_LENS = (33, 17, 48)  # class 3 = no shared prefix
 VOCAB = 1024

@@ -69,7 +69,7 @@ def test_cli_writes_results(tmp_path):
 def test_eviction_causes_add_up_to_the_storage_counters():
     """replay_causes' ledger: evictions by call site sum to the storage's own counter, and every
     request's named prefix is accounted for exactly once (served from a slab or COLD, or computed)."""
-    from harness.microbench import replay_causes as C
+    from harness.diagnostics import replay_causes as C
 
     reqs = workload(k=8, lp=64, n=64)
     cfg = rc(700, 16)

@@ -1,4 +1,4 @@
-"""harness.microbench.admission: the engine's per-request host path (add_request, admission,
+"""harness.diagnostics.admission: the engine's per-request host path (add_request, admission,
 prompt caching, finish) runs for every system and writes one record per (system, Lp)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from harness.microbench import admission
+from harness.diagnostics import admission
 
 
 def test_runs_every_phase_and_writes_records(tmp_path):

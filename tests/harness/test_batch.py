@@ -140,7 +140,7 @@ def test_land_refuses_members_outside_results(tmp_path, name):
 def test_a_re_measure_list_run_again_skips_the_cells_this_commit_already_re_measured(tmp_path, monkeypatch):
     import json
 
-    from harness.cell import result_path
+    from harness.cell_config import result_path
 
     ov = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "system=paged", "lp=512", "batch=256",
           "rep=0", "sweep=table9", "hardware=h200", f"results_dir={tmp_path}", "overwrite=true"]

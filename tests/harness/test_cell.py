@@ -17,7 +17,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from proc_testutil import alive as _alive
 
-from harness import cell
+from harness import cell, cell_config, cell_env
 from harness.results import validate_cell
 from harness.sweeps import cell_id
 
@@ -116,102 +116,104 @@ def test_cell_id_names_the_grid_point():
 def test_identity_and_path_from_composed_config(tmp_path):
     cfg = _compose("system=cascade", "model=qwen2.5-14b", "tp=2", "workload=multiprefix", "batch=128",
                    "sweep=table20", f"results_dir={tmp_path}")
-    assert cell.identity(cfg)["lp"] == 8192 and cell.identity(cfg)["k"] == 4  # the kind's defaults
+    assert cell_config.identity(cfg)["lp"] == 8192 and cell_config.identity(cfg)["k"] == 4  # the kind's defaults
     name = "cascade-qwen2.5-14b-tp2-multiprefix-lp8192-b128-k4-r0.json"
-    assert cell.result_path(cfg) == tmp_path / "h200" / "table20" / name
+    assert cell_config.result_path(cfg) == tmp_path / "h200" / "table20" / name
 
 
 def test_top_level_keys_win_over_the_workload_group():
     cfg = _compose("workload=multiprefix", "lp=1024", "workload.k=16", "num_prompts=40", "model=tiny")
-    w = cell.workload_config(cfg)
+    w = cell_config.workload_config(cfg)
     assert (w.kind, w.lp, w.k, w.num_requests, w.vocab_size) == ("multiprefix", 1024, 16, 40, 1024)
-    hetero = cell.workload_config(_compose("workload=hetero", "workload.k=8"))
+    hetero = cell_config.workload_config(_compose("workload=hetero", "workload.k=8"))
     assert hetero.lps == (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 
 
 def test_hardware_m_sat_forms():
-    assert cell.hardware_m_sat(None, 4) is None
-    assert cell.hardware_m_sat(1024, 4) == 1024
-    assert cell.hardware_m_sat({4: 900, 5: 1100}, 5) == 1100
-    assert cell.hardware_m_sat({"g4": 768}, 4) == 768
-    assert cell.hardware_m_sat({"by_group_size": {"4": 640}, "sweep": {"B": [1, 2]}}, 4) == 640
-    assert cell.hardware_m_sat({"value": 512, "note": "x"}, 7) == 512
+    assert cell_config.hardware_m_sat(None, 4) is None
+    assert cell_config.hardware_m_sat(1024, 4) == 1024
+    assert cell_config.hardware_m_sat({4: 900, 5: 1100}, 5) == 1100
+    assert cell_config.hardware_m_sat({"g4": 768}, 4) == 768
+    assert cell_config.hardware_m_sat({"by_group_size": {"4": 640}, "sweep": {"B": [1, 2]}}, 4) == 640
+    assert cell_config.hardware_m_sat({"value": 512, "note": "x"}, 7) == 512
 
 
 def test_m_sat_resolution_order():
-    assert cell.effective_m_sat(_compose("hardware=a100-40gb")) == 1024
-    assert cell.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 16
-    assert cell.effective_m_sat(_compose("hardware=cpu", "m_sat=2147483648")) == 2**31
+    assert cell_config.effective_m_sat(_compose("hardware=a100-40gb")) == 1024
+    assert cell_config.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 16
+    assert cell_config.effective_m_sat(_compose("hardware=cpu", "m_sat=2147483648")) == 2**31
 
 
 def test_a100_emulation_kv_budget():
     hw = {"name": "a100-40gb", "kv_budget_gb": None, "emulate": {"hbm_gib": 40, "static_fraction": 0.827}}
-    assert cell.kv_budget_gb(hw, "llama-3.1-8b", 1) == pytest.approx(19.46, abs=0.01)
-    assert cell.kv_budget_gb(hw, "qwen2.5-32b", 2) == pytest.approx(2.76, abs=0.01)
-    assert cell.kv_budget_gb({**hw, "kv_budget_gb": 7.5}, "llama-3.1-8b", 1) == 7.5
-    assert cell.kv_budget_gb({"name": "h200", "kv_budget_gb": None, "emulate": None}, "llama-3.1-8b", 1) is None
-    with pytest.raises(cell.CellError, match="does not fit"):
-        cell.kv_budget_gb(hw, "qwen2.5-32b", 1)
+    assert cell_config.kv_budget_gb(hw, "llama-3.1-8b", 1) == pytest.approx(19.46, abs=0.01)
+    assert cell_config.kv_budget_gb(hw, "qwen2.5-32b", 2) == pytest.approx(2.76, abs=0.01)
+    assert cell_config.kv_budget_gb({**hw, "kv_budget_gb": 7.5}, "llama-3.1-8b", 1) == 7.5
+    assert cell_config.kv_budget_gb({"name": "h200", "kv_budget_gb": None, "emulate": None}, "llama-3.1-8b", 1) is None
+    with pytest.raises(cell_config.CellError, match="does not fit"):
+        cell_config.kv_budget_gb(hw, "qwen2.5-32b", 1)
 
 
 def test_engine_args_are_validated():
     cfg = _compose("model=tiny", "hardware=cpu", "+server.extra.not_a_field=1")
-    with pytest.raises(cell.CellError, match="not EngineConfig fields"):
-        cell.engine_args(cfg, 256)
+    with pytest.raises(cell_config.CellError, match="not EngineConfig fields"):
+        cell_config.engine_args(cfg, 256)
     cfg = _compose("model=tiny", "hardware=cpu", "hot_fraction=1.5")
-    with pytest.raises(cell.CellError, match="hot_fraction"):
-        cell.engine_args(cfg, 256)
+    with pytest.raises(cell_config.CellError, match="hot_fraction"):
+        cell_config.engine_args(cfg, 256)
 
 
 def test_granikv_gets_the_hardware_dispatch_threshold_and_the_others_do_not():
-    h200 = cell.engine_args(_compose("system=granikv", "hardware=h200"), 1024)
+    h200 = cell_config.engine_args(_compose("system=granikv", "hardware=h200"), 1024)
     assert h200["prefix_pass_min_saved_mib"] == 128
-    assert cell.engine_args(_compose("system=granikv", "hardware=cpu", "model=tiny"), 256)[
+    assert cell_config.engine_args(_compose("system=granikv", "hardware=cpu", "model=tiny"), 256)[
         "prefix_pass_min_saved_mib"] == 0
-    assert cell.engine_args(_compose("system=granikv", "hardware=a100-40gb"), 1024)["prefix_pass_min_saved_mib"] is None
+    a100 = cell_config.engine_args(_compose("system=granikv", "hardware=a100-40gb"), 1024)
+    assert a100["prefix_pass_min_saved_mib"] is None
     for system in ("paged", "cascade"):
-        assert "prefix_pass_min_saved_mib" not in cell.engine_args(_compose(f"system={system}", "hardware=h200"), 1024)
+        args = cell_config.engine_args(_compose(f"system={system}", "hardware=h200"), 1024)
+        assert "prefix_pass_min_saved_mib" not in args
 
 
 def test_gpu_memory_rows_parse_nvidia_smi_and_skip_noise():
     text = "0, 1024, 143771\n1, 61000, 143771\n\n[N/A], 3, 4\n"
-    assert cell.parse_gpu_memory(text) == [{"index": 0, "used_mib": 1024, "total_mib": 143771},
+    assert cell_env.parse_gpu_memory(text) == [{"index": 0, "used_mib": 1024, "total_mib": 143771},
                                            {"index": 1, "used_mib": 61000, "total_mib": 143771}]
-    assert cell.parse_gpu_memory("") == []
+    assert cell_env.parse_gpu_memory("") == []
 
 
 def test_busy_gpus_looks_at_the_gpus_the_server_will_use():
     rows = [{"index": 0, "used_mib": 0, "total_mib": 143771}, {"index": 1, "used_mib": 120000, "total_mib": 143771},
             {"index": 2, "used_mib": 5000, "total_mib": 143771}]
-    assert cell.busy_gpus(rows, tp=1, visible=None, limit_mib=2048) == []
-    assert [r["index"] for r in cell.busy_gpus(rows, tp=2, visible=None, limit_mib=2048)] == [1]
-    assert [r["index"] for r in cell.busy_gpus(rows, tp=1, visible="2,0", limit_mib=2048)] == [2]
-    assert cell.busy_gpus(rows, tp=1, visible="2,0", limit_mib=8192) == []
+    assert cell_env.busy_gpus(rows, tp=1, visible=None, limit_mib=2048) == []
+    assert [r["index"] for r in cell_env.busy_gpus(rows, tp=2, visible=None, limit_mib=2048)] == [1]
+    assert [r["index"] for r in cell_env.busy_gpus(rows, tp=1, visible="2,0", limit_mib=2048)] == [2]
+    assert cell_env.busy_gpus(rows, tp=1, visible="2,0", limit_mib=8192) == []
     # UUIDs or an empty value: no mapping to nvidia-smi's indices is known, so the first GPUs
-    assert [r["index"] for r in cell.busy_gpus(rows, tp=3, visible="GPU-abc", limit_mib=2048)] == [1, 2]
-    assert cell.busy_gpus(rows, tp=1, visible="", limit_mib=2048) == []
+    assert [r["index"] for r in cell_env.busy_gpus(rows, tp=3, visible="GPU-abc", limit_mib=2048)] == [1, 2]
+    assert cell_env.busy_gpus(rows, tp=1, visible="", limit_mib=2048) == []
 
 
 def test_a_cell_refuses_a_busy_gpu_before_starting_its_server(tmp_path, monkeypatch):
     busy = [{"index": 0, "used_mib": 120000, "total_mib": 143771}]
-    monkeypatch.setattr(cell, "gpu_memory", lambda: busy)
+    monkeypatch.setattr(cell_env, "gpu_memory", lambda: busy)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     launched = []
     monkeypatch.setattr(cell.systems, "launch", lambda spec: launched.append(spec))
     cfg = _compose("model=tiny", "hardware=cpu", "workload=burst", "lp=16", "batch=1", "num_prompts=1",
                    "output_len=2", "workload.suffix_len=4", f"results_dir={tmp_path / 'res'}",
                    f"workloads_dir={tmp_path / 'wl'}")
-    assert cell.check_gpus_idle(cfg) == busy  # a CPU cell on a GPU host: recorded, not refused
+    assert cell_env.check_gpus_idle(cfg) == busy  # a CPU cell on a GPU host: recorded, not refused
     cfg.hardware.device = "cuda"
-    with pytest.raises(cell.CellError, match=r"GPU 0: 120000 of 143771 MiB.*busy_gpu_mib=null"):
+    with pytest.raises(cell_config.CellError, match=r"GPU 0: 120000 of 143771 MiB.*busy_gpu_mib=null"):
         cell.run_cell(cfg, tmp_path / "run")
     assert launched == []
     # the knob turns the check off; the reading is still what the result records
     cfg.server.busy_gpu_mib = None
-    assert cell.check_gpus_idle(cfg) == busy
-    monkeypatch.setattr(cell, "gpu_memory", lambda: None)  # no nvidia-smi (a CPU host): no check
+    assert cell_env.check_gpus_idle(cfg) == busy
+    monkeypatch.setattr(cell_env, "gpu_memory", lambda: None)  # no nvidia-smi (a CPU host): no check
     cfg.server.busy_gpu_mib = 2048
-    assert cell.check_gpus_idle(cfg) is None
+    assert cell_env.check_gpus_idle(cfg) is None
 
 
 def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):

@@ -23,7 +23,7 @@ from harness import client as cl  # noqa: E402
 from harness import workloads as wl  # noqa: E402
 from harness.client import ClientConfig, run_benchmark  # noqa: E402
 from harness.metrics import RequestRecord, compute_metrics  # noqa: E402
-from harness.workloads import Request  # noqa: E402
+from harness.workloads import WorkloadRequest  # noqa: E402
 
 SLACK = 0.005  # timer granularity: a sleep of d may be observed as d - SLACK at worst
 
@@ -36,9 +36,9 @@ def server():
     srv.stop()
 
 
-def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1, t_units=None) -> list[Request]:
+def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1, t_units=None) -> list[WorkloadRequest]:
     return [
-        Request(
+        WorkloadRequest(
             id=f"r{i}",
             input_ids=[first + i] * (lp + 10),
             prefix_id="p0" if lp else None,
@@ -50,7 +50,7 @@ def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1, t_units=None) -> li
     ]
 
 
-def _run(url: str, reqs: list[Request], **kw) -> cl.BenchmarkResult:
+def _run(url: str, reqs: list[WorkloadRequest], **kw) -> cl.BenchmarkResult:
     kw.setdefault("warmup_requests", 0)
     kw.setdefault("progress", False)
     return asyncio.run(run_benchmark(url, reqs, ClientConfig(**kw)))

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from granikv.server.app import sse_chunk
 from harness.client import _chunk, _read_stream
+from harness.diagnostics import client_stream
 from harness.metrics import RequestRecord
-from harness.microbench import client_stream
 
 
 def _meta(n: int, **kw) -> dict:

@@ -8,7 +8,7 @@ import json
 
 from harness.microbench import dispatch
 from harness.results import load_results
-from harness.tables import build_table
+from harness.table_compare import build_table
 
 
 def test_choose_us_times_the_decision_rule():

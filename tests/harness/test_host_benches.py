@@ -1,11 +1,11 @@
-"""harness.microbench.http_parse and server_start: the server process's per-prompt work and the
+"""harness.diagnostics.http_parse and server_start: the server process's per-prompt work and the
 server's start-up, both host-only, so the CPU suite runs them end to end."""
 
 from __future__ import annotations
 
 import json
 
-from harness.microbench import http_parse, server_start
+from harness.diagnostics import http_parse, server_start
 
 
 def test_http_parse_times_every_phase(tmp_path):

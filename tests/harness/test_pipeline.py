@@ -14,7 +14,7 @@ import pytest
 
 from harness import sweeps
 from harness.results import load_results
-from harness.tables import TABLE_NUMBERS
+from harness.table_specs import TABLE_NUMBERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ("cpu-smoke", "h200", "paper", "a100-40gb")

@@ -19,19 +19,11 @@ from engine_testutil import tiny_config  # noqa: E402
 
 from granikv.engine.engine import Engine  # noqa: E402
 from granikv.engine.request import SamplingParams  # noqa: E402
+from granikv.profiling import capture, categorize, kernel_events, summarize, union_us  # noqa: E402
 from granikv.server.app import build_app  # noqa: E402
 from granikv.server.loop import EngineLoop  # noqa: E402
 from granikv.server.text import TextCodec  # noqa: E402
-from harness.profile import (  # noqa: E402
-    SteadyPolicy,
-    alongside,
-    capture,
-    categorize,
-    kernel_events,
-    profile_when_steady,
-    summarize,
-    union_us,
-)
+from harness.profile import SteadyPolicy, alongside, profile_when_steady  # noqa: E402
 
 # names as torch.profiler reports them on an H100/H200 (Triton kernels by their function name)
 REAL_NAMES = {

@@ -1,4 +1,4 @@
-"""harness.microbench.specialize: the prefix pass's kernels with and without Triton's int
+"""harness.diagnostics.specialize: the prefix pass's kernels with and without Triton's int
 specialization. On the CPU (interpreter) the script runs end to end on tiny shapes; the timings
 mean nothing there, but both copies must compute the same prefix pass."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harness.microbench import specialize
+from harness.diagnostics import specialize
 
 
 def test_both_copies_compute_the_same_pass_and_every_case_is_recorded(tmp_path):

@@ -11,11 +11,12 @@ import csv
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 
-from harness import plots, tables
+from harness import plots, table_compare, table_extract, table_queries, table_render, table_specs, tables
 from harness.paper import load_paper_tables, paper_table
 from harness.results import (
     ResultFileError,
@@ -34,7 +35,7 @@ def results():
     return load_results(FIXTURE)
 
 
-def _row(t: tables.ComparedTable, *keys):
+def _row(t: table_compare.ComparedTable, *keys):
     for r in t.rows:
         if r.keys == tuple(keys):
             return {c.name: cell for c, cell in zip(t.value_columns, r.cells)}
@@ -66,26 +67,26 @@ def test_bundled_copy_matches_the_shared_extraction_when_present():
 # --------------------------------------------------------------------------- rendering
 
 
-@pytest.mark.parametrize("number", tables.TABLE_NUMBERS)
+@pytest.mark.parametrize("number", table_specs.TABLE_NUMBERS)
 def test_every_table_renders_in_three_formats_with_paper_layout(results, number):
-    t = tables.build_table(number, results)
+    t = table_compare.build_table(number, results)
     paper = paper_table(number)
     printed = [r for r in t.rows if not r.ours_only]
-    assert [r.keys for r in printed] == [tuple(p.get(k) for k in tables.TABLE_SPECS[number].keys)
+    assert [r.keys for r in printed] == [tuple(p.get(k) for k in table_specs.TABLE_SPECS[number].keys)
                                          for p in paper.rows]
     n = len(t.rows)
     assert len(t.key_columns) + len(t.value_columns) == len(paper.columns)
 
-    md = tables.render_markdown(t)
+    md = table_render.render_markdown(t)
     table_lines = [line for line in md.splitlines() if line.startswith("|")]
     assert len(table_lines) == 2 + n
     assert md.startswith(f"# Table {number}:")
 
-    tex = tables.render_latex(t)
+    tex = table_render.render_latex(t)
     assert r"\begin{tabular}" in tex and r"\end{tabular}" in tex
     assert tex.count(r" \\") == 2 + n
 
-    rows = list(csv.reader(io.StringIO(tables.render_csv(t))))
+    rows = list(csv.reader(io.StringIO(table_render.render_csv(t))))
     assert len(rows) == 1 + n
     assert len(rows[0]) == len(t.key_columns) + 3 * len(t.value_columns)
     assert all(len(r) == len(rows[0]) for r in rows)
@@ -109,7 +110,7 @@ def test_every_table_renders_in_three_formats_with_paper_layout(results, number)
 def test_a_measured_point_the_paper_does_not_print_gets_its_own_row(results):
     """Table 6's Lp=16K row (the paper dropped it): shown in key order, marked, paper columns n/a,
     never counted as missing."""
-    t = tables.build_table(6, results)
+    t = table_compare.build_table(6, results)
     only = [r for r in t.rows if r.ours_only]
     assert [r.keys for r in only] == [(16384, 32)]
     assert [r.keys for r in t.rows][-1] == (16384, 32)  # after the paper's last row (8192, 256)
@@ -117,32 +118,32 @@ def test_a_measured_point_the_paper_does_not_print_gets_its_own_row(results):
     row = only[0]
     assert row.cells[cols.index("x_SGL")].ours == pytest.approx(645.0 / 300.0)
     assert all(c.paper is None and not c.missing for c in row.cells)
-    md = tables.render_markdown(t)
+    md = re.sub(" +", " ", table_render.render_markdown(t))  # pandas pads the columns
     line = next(x for x in md.splitlines() if x.startswith("| 16384* | 32 |"))
     assert "| n/a | 645 | n/a |" in line and "| n/a | 2.15 | n/a |" in line
     assert "1 row(s) marked * are ours only" in md
-    assert "Rows marked * are ours only." in tables.render_latex(t)
+    assert "Rows marked * are ours only." in table_render.render_latex(t)
     # the same point in the paper's grid of another table adds nothing there
-    assert not any(r.ours_only for r in tables.build_table(9, results).rows)
+    assert not any(r.ours_only for r in table_compare.build_table(9, results).rows)
 
 
 def test_missing_cells_are_flagged_never_filled(results):
-    t14 = tables.build_table(14, results)  # no fixture cell feeds Table 14
+    t14 = table_compare.build_table(14, results)  # no fixture cell feeds Table 14
     assert t14.filled == 0
     assert t14.missing == len(t14.rows) * len(t14.value_columns)
-    md = tables.render_markdown(t14)
+    md = table_render.render_markdown(t14)
     body = [line for line in md.splitlines() if line.startswith("| Prefix attention")][0]
     assert body.count("—") == 2 * len(t14.value_columns)  # ours and ours/paper
-    rows = list(csv.DictReader(io.StringIO(tables.render_csv(t14))))
+    rows = list(csv.DictReader(io.StringIO(table_render.render_csv(t14))))
     assert all(r["SGL_ms.ours"] == "n/a" and r["SGL_ms.ratio"] == "n/a" for r in rows)
 
-    t3 = tables.build_table(3, results)
+    t3 = table_compare.build_table(3, results)
     cells = _row(t3, "Llama-3.1-8B / TP=1", 4096)
     assert all(c.ours is None and c.missing for c in cells.values())
 
 
 def test_table3_means_over_reps_and_ratios(results):
-    t = tables.build_table(3, results)
+    t = table_compare.build_table(3, results)
     r = _row(t, "Llama-3.1-8B / TP=1", 8192)
     assert r["SGL_tok_s"].ours == 1000.0
     assert r["SGL-C_tok_s"].ours == 1600.0
@@ -164,43 +165,43 @@ def test_a_rep_missing_a_system_is_left_out_of_every_mean():
             ("paged", 1, 110.0), ("granikv", 1, 220.0), ("cascade", 1, 160.0),
             ("paged", 2, 500.0), ("cascade", 2, 900.0),  # rep 2: no granikv cell
             ("granikv_cascade", 0, 180.0)]  # an extra variant, measured once, never required
-    cells = pd.DataFrame([{"variant": v, "config.rep": r, tables.TOK: x} for v, r, x in rows])
-    kept = tables.complete_reps(cells)
+    cells = pd.DataFrame([{"variant": v, "config.rep": r, table_queries.TOK: x} for v, r, x in rows])
+    kept = table_queries.complete_reps(cells)
     assert sorted(set(kept["config.rep"])) == [0, 1]
     assert "granikv_cascade" in set(kept["variant"])
-    block = tables.system_block(cells)
+    block = table_queries.system_block(cells)
     assert block["SGL_tok_s"] == pytest.approx(105.0) and block["GKV_tok_s"] == pytest.approx(210.0)
     assert block["x_SGL"] == pytest.approx(2.0)
     # no rep complete (only GraniKV ran the point): every cell counts
     alone = cells[cells["variant"] == "granikv"]
-    assert len(tables.complete_reps(alone)) == 2
-    assert len(tables.complete_reps(cells[cells["config.rep"] == 2])) == 2
+    assert len(table_queries.complete_reps(alone)) == 2
+    assert len(table_queries.complete_reps(cells[cells["config.rep"] == 2])) == 2
 
 
 def test_dense_fraction_leaves_out_the_warm_up_steps_where_recorded():
     import pandas as pd
 
     old = pd.DataFrame([{"engine.dense_steps": 60, "engine.decode_steps": 100}])
-    assert tables.dense_fraction(old) == pytest.approx(0.6)  # no snapshot: counts from start
+    assert table_extract.dense_fraction(old) == pytest.approx(0.6)  # no snapshot: counts from start
     new = pd.DataFrame([{"engine.dense_steps": 60, "engine.decode_steps": 100,
                          "engine_after_warmup.dense_steps": 0, "engine_after_warmup.decode_steps": 20}])
-    assert tables.dense_fraction(new) == pytest.approx(60 / 80)
+    assert table_extract.dense_fraction(new) == pytest.approx(60 / 80)
 
 
 def test_grid_tables_tpot_ttft_units(results):
-    r = _row(tables.build_table(6, results), 8192, 256)
+    r = _row(table_compare.build_table(6, results), 8192, 256)
     assert r["GKV_TPOT_ms"].ours == pytest.approx(1000 * 256 / 1500, abs=1e-3)
     assert r["GKV_TTFT_s"].ours == pytest.approx(2.0)  # 2000 ms in the file
-    partial = _row(tables.build_table(6, results), 8192, 8)
+    partial = _row(table_compare.build_table(6, results), 8192, 8)
     assert partial["GKV_tok_s"].ours == 400.0 and partial["SGL_tok_s"].missing and partial["x_SGL"].missing
 
 
 def test_table4_and_21_heterogeneous(results):
-    t4 = tables.build_table(4, results)
+    t4 = table_compare.build_table(4, results)
     assert _row(t4, "GraniKV")["x_SGL_k4"].ours == pytest.approx(1.95)
     assert _row(t4, "SGLang-Cascade")["x_SGL_k4"].ours == pytest.approx(0.99)
     assert _row(t4, "GraniKV")["x_SGL_k8"].missing
-    t21 = tables.build_table(21, results)
+    t21 = table_compare.build_table(21, results)
     g = _row(t21, "k=4: Lp ∈ {2K,4K,8K,16K} (30.7K slab tokens)", 4, "GraniKV")
     assert g["slab_tokens_K"].ours == pytest.approx(30.72)
     assert g["x_default"].ours == pytest.approx(1.95)
@@ -208,15 +209,15 @@ def test_table4_and_21_heterogeneous(results):
 
 
 def test_table5_kernel_microbench(results):
-    t = tables.build_table(5, results)
+    t = table_compare.build_table(5, results)
     assert _row(t, "shared (HOT)")["wall_us"].ours == 100.0
     assert _row(t, "shared (HOT)")["speedup_x"].ours == pytest.approx(10.0)
     assert _row(t, "unique (paged)")["speedup_x"].ours == pytest.approx(1.0)
-    assert tables.kernel_speedup(results) == pytest.approx(10.0)
+    assert table_extract.kernel_speedup(results) == pytest.approx(10.0)
 
 
 def test_table12_peak_b_only_when_complete(results):
-    t = tables.build_table(12, results)
+    t = table_compare.build_table(12, results)
     llama = _row(t, "Llama-8B/TP=1")
     assert llama["B256_tok_s"].ours == 1000.0  # from sweep table9
     assert llama["peak_B"].ours == 512 and llama["peak_B"].ratio is None
@@ -224,42 +225,42 @@ def test_table12_peak_b_only_when_complete(results):
 
 
 def test_table13_profile_columns_by_variant(results):
-    r = _row(tables.build_table(13, results), "Prefix attention")
+    r = _row(table_compare.build_table(13, results), "Prefix attention")
     assert (r["SGL_ms"].ours, r["SGL-C_ms"].ours, r["SGL-C/GKV_ms"].ours, r["GKV_ms"].ours) == (
         1000.0, 300.0, 310.0, 250.0)
 
 
 def test_table15_dispatch_fraction_and_majority(results):
-    r = _row(tables.build_table(15, results), 8192)
+    r = _row(table_compare.build_table(15, results), 8192)
     assert r["B8_pct"].ours == 0.0 and r["B256_pct"].ours == pytest.approx(99.0)
     assert r["B8_pct"].ratio is None  # paper 0 %: no ratio
     assert r["majority"].ours == "mixed" and r["majority"].ratio is None
-    assert tables.majority([0.0, 0.0, 5.0, 98.0]) == "cascade"
-    assert tables.majority([90.0, 100.0]) == "dense"
-    assert tables.majority([None]) is None
+    assert table_extract.majority([0.0, 0.0, 5.0, 98.0]) == "cascade"
+    assert table_extract.majority([90.0, 100.0]) == "dense"
+    assert table_extract.majority([None]) is None
 
 
 def test_table16_18_19_20(results):
-    r16 = _row(tables.build_table(16, results), 256, 1024)
+    r16 = _row(table_compare.build_table(16, results), 256, 1024)
     assert r16["x_GKV_over_SGL-C"].ours == pytest.approx(1250 / 1500, rel=1e-4)  # TPOTs rounded in the file
-    r18 = _row(tables.build_table(18, results), "Llama-8B / TP=1")
+    r18 = _row(table_compare.build_table(18, results), "Llama-8B / TP=1")
     assert r18["max_abs_delta_pct"].ours == pytest.approx(100 * 4 / 998)
-    assert _row(tables.build_table(18, results), "Qwen-32B / TP=4")["PS1_tok_s"].missing
-    t19 = tables.build_table(19, results)
+    assert _row(table_compare.build_table(18, results), "Qwen-32B / TP=4")["PS1_tok_s"].missing
+    t19 = table_compare.build_table(19, results)
     r19 = _row(t19, "Llama-8B / TP=1", 8, "none")
     assert r19["x_SGL"].ours == pytest.approx(1.5)
     assert not r19["regime"].applicable and not r19["regime"].missing
-    t20 = tables.build_table(20, results)
+    t20 = table_compare.build_table(20, results)
     assert _row(t20, "ratio", "GraniKV / SGL-C", 4)["ratio"].ours == pytest.approx(1.4)
     assert _row(t20, "throughput", "GraniKV", 1)["output_tok_s"].ours == 1800.0
     assert _row(t20, "throughput", "GraniKV", 64)["output_tok_s"].missing
 
 
 def test_table17_and_23_microbench_derivations(results):
-    t17 = tables.build_table(17, results)
+    t17 = table_compare.build_table(17, results)
     assert _row(t17, "Wrapper % of step", "<", "%")["value"].ours == pytest.approx(0.2)
     assert _row(t17, "Dense-backend launches in 15 s", "=", "launches")["value"].ours == 80
-    t23 = tables.build_table(23, results)
+    t23 = table_compare.build_table(23, results)
     assert _row(t23, "Arithmetic intensity", "F/B", "F/B")["shared_HOT"].ours == pytest.approx(860.0)
     assert _row(t23, "DRAM bytes read / launch", "MB", "GB")["shared_HOT"].ours == pytest.approx(40.0)
     assert _row(t23, "DRAM bytes read / launch", "MB", "GB")["unique_paged"].ours == pytest.approx(8.0)
@@ -271,15 +272,15 @@ def test_table17_and_23_microbench_derivations(results):
 def test_amdahl_reproduces_the_papers_table22():
     for row in paper_table(22).rows:
         a, b, g = row["alpha_pct"] / 100, row["beta_pct"] / 100, row["gamma_pct"] / 100
-        s_plain, s_full = tables.amdahl(a, b, g, 15.6)
+        s_plain, s_full = table_extract.amdahl(a, b, g, 15.6)
         assert s_plain == pytest.approx(row["S_s15.6_x"], abs=0.01)
         assert s_full == pytest.approx(row["S_plus_beta_gamma_x"], abs=0.01)
-        assert tables.effective_speedup(a, row["measured_x"]) == pytest.approx(row["s_eff_x"], abs=0.1)
-    assert tables.effective_speedup(0.5, 10.0) is None  # no finite kernel speedup explains it
+        assert table_extract.effective_speedup(a, row["measured_x"]) == pytest.approx(row["s_eff_x"], abs=0.1)
+    assert table_extract.effective_speedup(0.5, 10.0) is None  # no finite kernel speedup explains it
 
 
 def test_table22_from_profile_and_kernel_speedup(results):
-    r = _row(tables.build_table(22, results), "Llama-8B/TP=1")
+    r = _row(table_compare.build_table(22, results), "Llama-8B/TP=1")
     assert r["alpha_pct"].ours == pytest.approx(60.0) and r["gamma_pct"].ours == pytest.approx(5.0)
     a_kernel = 0.6 / 0.95
     assert r["S_s15.6_x"].ours == pytest.approx(1 / ((1 - a_kernel) + a_kernel / 10))
@@ -288,7 +289,7 @@ def test_table22_from_profile_and_kernel_speedup(results):
 
 
 def test_table24_fp_sweep(results):
-    t = tables.build_table(24, results)
+    t = table_compare.build_table(24, results)
     r = _row(t, "GraniKV", 0.05)
     assert r["dagger"].ours is True and r["dagger"].ratio is None
     assert r["x_Cascade"].ours == pytest.approx(1.1)
@@ -300,11 +301,11 @@ def test_table24_fp_sweep(results):
 def test_cli_writes_every_table_and_an_index(tmp_path):
     out = tmp_path / "tables" / "fixture-hw"
     assert tables.main(["--results", str(FIXTURE), "--out", str(out)]) == 0
-    for n in tables.TABLE_NUMBERS:
+    for n in table_specs.TABLE_NUMBERS:
         for ext in ("md", "tex", "csv"):
             assert (out / f"table{n}.{ext}").stat().st_size > 0
     index = (out / "README.md").read_text()
-    assert all(f"(table{n}.md)" in index for n in tables.TABLE_NUMBERS)
+    assert all(f"(table{n}.md)" in index for n in table_specs.TABLE_NUMBERS)
     assert tables.main(["--results", str(FIXTURE), "--out", str(tmp_path / "one"), "--table", "3"]) == 0
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == [
         "README.md", "table3.csv", "table3.md", "table3.tex"]
@@ -410,9 +411,9 @@ def test_paged_alpha_is_its_attention_time_times_the_prefix_share_of_the_context
                           "metrics.completed": 10, "metrics.total_input_tokens": 10 * 1500,
                           "metrics.total_output_tokens": 10 * 1000}])
     # mean context = 1500 + 1000 / 2 = 2000 tokens, 1000 of them prefix: half the attention time
-    assert tables._paged_prefix_share(prof, 100.0, 1000) == pytest.approx(0.4)
-    assert tables._paged_prefix_share(prof, 100.0, 10**6) == pytest.approx(0.8)  # capped at all of it
-    assert tables._paged_prefix_share(prof.iloc[0:0], 100.0, 1000) is None
+    assert table_extract._paged_prefix_share(prof, 100.0, 1000) == pytest.approx(0.4)
+    assert table_extract._paged_prefix_share(prof, 100.0, 10**6) == pytest.approx(0.8)  # capped at all of it
+    assert table_extract._paged_prefix_share(prof.iloc[0:0], 100.0, 1000) is None
 
 
 def test_readme_headline_block_is_rendered_from_committed_results():
@@ -420,15 +421,9 @@ def test_readme_headline_block_is_rendered_from_committed_results():
     (re-render after committing results: `python -m harness.tables --results results/h200
     --out tables/h200 --readme README.md`)."""
     from harness.results import load_results
-    from harness.tables import (
-        README_BEGIN,
-        README_END,
-        STALE_MARK,
-        build_table,
-        headline_block,
-        render_headline,
-        stale_cell_paths,
-    )
+    from harness.table_compare import build_table
+    from harness.table_render import STALE_MARK, render_headline
+    from harness.tables import README_BEGIN, README_END, headline_block, stale_cell_paths
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "README.md").read_text(encoding="utf-8")
@@ -471,7 +466,8 @@ def test_tagged_ab_cells_are_not_table_inputs(tmp_path):
     (src.parent / (src.stem + "-taglong-keys.json")).write_text(json.dumps(doc))
     before, after = load_results(FIXTURE), load_results(root)
     assert len(after.cells) == len(before.cells)
-    assert tables.render_csv(tables.build_table(3, after)) == tables.render_csv(tables.build_table(3, before))
+    csv_of = lambda res: table_render.render_csv(table_compare.build_table(3, res))  # noqa: E731
+    assert csv_of(after) == csv_of(before)
 
 
 @pytest.mark.parametrize("number, sweep, extra", [(20, "table20", {"config.lp": 8192}), (21, "table21", {})])
@@ -488,9 +484,9 @@ def test_k_tables_average_complete_reps_only(number, sweep, extra):
             ("paged", 2, 90.0), ("granikv", 2, 100.0)]  # rep 2: no cascade cell
     res = ResultSet(hardware="x", cells=pd.DataFrame([
         {"sweep": sweep, "variant": s, "config.system": s, "config.model": "llama-3.1-8b", "config.tp": 1,
-         "config.batch": 256, "config.k": k, "config.rep": r, tables.TOK: x, "path": f"{s}{r}", **extra}
+         "config.batch": 256, "config.k": k, "config.rep": r, table_queries.TOK: x, "path": f"{s}{r}", **extra}
         for s, r, x in rows]))
-    t = tables.build_table(number, res)
+    t = table_compare.build_table(number, res)
     if number == 20:
         by_key = {row.keys: row.cells for row in t.rows}
         assert by_key[("throughput", "SGLang default", 64)][0].ours == pytest.approx(100.0)
@@ -501,3 +497,23 @@ def test_k_tables_average_complete_reps_only(number, sweep, extra):
         cols = [c.name for c in t.value_columns]
         assert gkv.cells[cols.index("tok_s")].ours == pytest.approx(210.0)
         assert gkv.cells[cols.index("x_default")].ours == pytest.approx(2.1)
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def committed_h200():
+    return load_results(ROOT / "results" / "h200")
+
+
+@pytest.mark.parametrize("number", table_specs.TABLE_NUMBERS)
+def test_committed_tables_are_what_the_committed_results_render(committed_h200, number):
+    """tables/h200/table<n>.csv is exactly what the renderer makes of results/h200 now: every
+    committed number is reproducible from the committed result files (re-render after a change:
+    `python -m harness.tables --results results/h200 --out tables/h200 --readme README.md`)."""
+    committed = ROOT / "tables" / "h200" / f"table{number}.csv"
+    if not committed.exists():
+        pytest.skip(f"{committed} is not committed")
+    rendered = table_render.render_csv(table_compare.build_table(number, committed_h200))
+    assert rendered == committed.read_text(encoding="utf-8")

@@ -249,7 +249,7 @@ def test_poisson_unit_arrivals():
     assert 0.9 < mean_gap < 1.1  # Exp(1) gaps
     assert wl.unit_arrivals(4000, "poisson", 42) == t
     assert wl.unit_arrivals(5, "burst", 42) == [0.0] * 5
-    r = wl.Request(id="x", input_ids=[1], prefix_id=None, shared_prefix_len=0, output_len=1,
+    r = wl.WorkloadRequest(id="x", input_ids=[1], prefix_id=None, shared_prefix_len=0, output_len=1,
                    arrival={"process": "poisson", "t_unit": t[10]})
     assert r.arrival_offset(4.0) == t[10] / 4.0
     assert r.arrival_offset(float("inf")) == 0.0

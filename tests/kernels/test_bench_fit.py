@@ -3,7 +3,7 @@ of result records; no GPU)."""
 
 from __future__ import annotations
 
-from harness.microbench.kernels import M_SAT_BEGIN, fit_m_sat, write_hardware_yaml
+from harness.microbench.m_sat import M_SAT_BEGIN, fit_m_sat, write_hardware_yaml
 
 
 def _records(times: dict[tuple[str, int, int], float], g: int) -> list[dict]:

@@ -1,6 +1,6 @@
 """How long `python -m granikv.server` takes from launch to ready, and where that time goes.
 
-    python -m harness.microbench.server_start [--runs 5] [--out results/cpu/microbench/server-start.json]
+    python -m harness.diagnostics.server_start [--runs 5] [--out results/cpu/microbench/server-start.json]
 
 Why: every serving cell starts a server, and on the GPU host start-up (each cell's
 `startup` record) is a large share of a cell's device time. The server reports its own split in `/server_info`
@@ -60,7 +60,7 @@ def start_once(flags: list[str], timeout_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.microbench.server_start", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.diagnostics.server_start", description=__doc__.split("\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--model", default="tiny")
     ap.add_argument("--device", default="cpu")

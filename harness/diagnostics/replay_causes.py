@@ -1,6 +1,6 @@
 """Where a granikv replay's evictions and recompute come from (a diagnostic beside replay.py).
 
-    python -m harness.microbench.replay_causes --workload /tmp/mp64.jsonl --num-slots 555175 --batch 256
+    python -m harness.diagnostics.replay_causes --workload /tmp/mp64.jsonl --num-slots 555175 --batch 256
 
 Runs `replay`'s load against granikv with one storage instance instrumented (its bound methods
 wrapped on the instance; the library is unchanged) and reports:

@@ -1,7 +1,7 @@
 """Host time of one request's way through the scheduler, without the forward: the engine-loop
 work a prefill step pays per request besides launching kernels.
 
-    python -m harness.microbench.admission [--out results/cpu/microbench/admission.json]
+    python -m harness.diagnostics.admission [--out results/cpu/microbench/admission.json]
 
 Why: `extend_steps --engine --py-profile` on the H200 host found, in an extend step of
 8 requests behind a 16K-token cached prefix, ~11 ms of Python that grows with Lp: the prompt,

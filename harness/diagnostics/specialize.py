@@ -16,8 +16,8 @@ what it saves:
 2. the first launch of each case on each kernel copy, host wall time: with an empty Triton
    cache (`TRITON_CACHE_DIR` pointing at a new folder) that is the compile a serving run paid.
 
-    python -m harness.microbench.specialize            # -> results/h200/microbench/specialize.json
-    TRITON_CACHE_DIR=$(mktemp -d) python -m harness.microbench.specialize
+    python -m harness.diagnostics.specialize            # -> results/h200/microbench/specialize.json
+    TRITON_CACHE_DIR=$(mktemp -d) python -m harness.diagnostics.specialize
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ CASES = ((1, 16), (1, 64), (1, 256), (4, 64), (8, 32), (16, 16), (64, 4))
 
 
 @dataclass(frozen=True)
-class Shape:
+class PrefixPassShape:
     lp: int = 8192
     hq: int = 32
     hkv: int = 8
@@ -74,7 +74,7 @@ def kernel_pairs() -> dict[str, tuple]:
                             triton.jit(splits._combine_prefix_kernel.fn))}
 
 
-def make_case(classes: int, size: int, shape: Shape, dtype, device):
+def make_case(classes: int, size: int, shape: PrefixPassShape, dtype, device):
     """q for classes x size requests and their slab classes (class c's slab at c * lp + 1)."""
     from granikv.kernels.prefix_classes import PrefixClasses
 
@@ -91,9 +91,9 @@ def run(args) -> dict:
     from harness.microbench._timing import bench
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    shape = Shape(lp=args.lp)
+    shape = PrefixPassShape(lp=args.lp)
     if device.type == "cpu":  # a dry run of the script under the interpreter
-        shape = Shape(lp=64, hq=4, hkv=2, d=16)
+        shape = PrefixPassShape(lp=64, hq=4, hkv=2, d=16)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     slots = 1 + max(c for c, _ in args.cases) * shape.lp
     k_cache = torch.randn(slots, shape.hkv, shape.d, dtype=dtype, device=device)

@@ -1,6 +1,6 @@
 """Host time the server process spends on one `/generate` body before the engine sees it.
 
-    python -m harness.microbench.http_parse [--out results/cpu/microbench/http-parse.json]
+    python -m harness.diagnostics.http_parse [--out results/cpu/microbench/http-parse.json]
 
 Why: every prompt crosses the HTTP side first — JSON parse, validation (`Server._parse_generate`)
 and the int32 array the engine process is sent (`EngineProcess.submit`) — on the server's one
@@ -62,7 +62,7 @@ def run(lp: int, reps: int, seed: int = 0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.microbench.http_parse", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.diagnostics.http_parse", description=__doc__.split("\n")[0])
     ap.add_argument("--lp", default="512,16384", help="prefix lengths, comma-separated")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--out", default="results/cpu/microbench/http-parse.json")

@@ -1,6 +1,6 @@
 """Host time the load generator spends per streamed chunk: the client's own ceiling.
 
-    python -m harness.microbench.client_stream [--out results/cpu/microbench/client-stream.json]
+    python -m harness.diagnostics.client_stream [--out results/cpu/microbench/client-stream.json]
 
 Why: at B=512 and a ~20 ms decode step the server streams ~25K chunks/s, and one client
 process (harness.client, one asyncio loop) reads them all. If reading a chunk costs ~40 µs,
@@ -109,7 +109,7 @@ def run(batch: int, output_len: int, streaming: str, reps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.microbench.client_stream",
+    ap = argparse.ArgumentParser(prog="python -m harness.diagnostics.client_stream",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--output-len", default="256,1024", help="tokens per request, comma-separated")
