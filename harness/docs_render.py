@@ -158,7 +158,17 @@ def render_decode_step(src: Sources) -> str:
                      _git(src.json(f"{H200}/engine/{name}")), f"{h['inprocess_output_throughput']:.0f}",
                      f"{h['http_output_throughput']:.0f}", f"{h['http_over_inprocess']:.3f}"))
     out += _table(("file", "chunks", "git", "in-process tok/s", "HTTP tok/s", "HTTP / in-process"), rows)
-    out += ["", _cite(rel, f"{H200}/engine/http-steady-incremental.json",
+    versions = ("steps-v1-eager-host.json", "steps-v2-cda5d8b.json", "steps-v3-c46ce56.json", "steps.json")
+    docs = [src.json(f"{H200}/engine/{v}") for v in versions]
+    out += ["", "The same benchmark at earlier states of the step loop (v1: eager host path; v2: overlap "
+            "scheduling, the decode input tokens and greedy sampling inside the step graph; v3: fused "
+            "elementwise kernels; current: as v3, graphs captured at start). Step ms (host-gap share):", ""]
+    keys = [(r["system"], r["Lp"], r["B"]) for r in docs[-1]["records"]]
+    cols = [{(r["system"], r["Lp"], r["B"]): r for r in d["records"]} for d in docs]
+    out += _table(("system", "Lp", "B", *(f"{v.removesuffix('.json')} ({_git(d)})" for v, d in zip(versions, docs))),
+                  [(*k, *(f"{c[k]['step_ms']:.2f} ({c[k]['host_gap_share']:.3f})" if k in c else "—" for c in cols))
+                   for k in keys])
+    out += ["", _cite(*(f"{H200}/engine/{v}" for v in versions), f"{H200}/engine/http-steady-incremental.json",
                       f"{H200}/engine/http-steady-cumulative-5186aa6.json")]
     return "\n".join(out) + "\n"
 
@@ -254,6 +264,28 @@ def render_serving_ab(src: Sources) -> str:
                          _f((d["engine"].get("startup") or {}).get("capture_s"), ".1f")))
         out += _table(("cell", "git", "tok/s", "B=256 decode steps total s", "capture_s"), rows)
     out += ["", _cite(f"{H200}/adhoc/*-tag{{{','.join(AB_TAGS)},coldcache-*}}.json", f"{H200}/table9/")]
+    return "\n".join(out) + "\n"
+
+
+def render_graphs(src: Sources) -> str:
+    """Whether any serving cell captured a CUDA graph (or compiled) inside its measured run."""
+    rows = []
+    sweeps = [p.name for p in (src.root / H200).iterdir() if p.is_dir() and p.name.removeprefix("table").isdigit()]
+    for sweep in sorted(sweeps, key=lambda n: int(n.removeprefix("table"))):
+        cells = [d for _, d in src.cells(sweep) if (d["engine"].get("graphs") or {}).get("captured_at_start")]
+        if not cells:
+            continue
+        g = [d["engine"]["graphs"] for d in cells]
+        extra = [x["captures"] - x["captured_at_start"] for x in g]
+        cap = sorted(x["capture_at_start_s"] for x in g)
+        rows.append((sweep, len(cells), sum(e == 0 for e in extra), max(extra),
+                     f"{cap[0]:.1f}–{cap[-1]:.1f}"))
+    out = [HEADER, "", "Serving cells that capture graphs at start (`engine.graphs`): how many captured "
+           "nothing more inside the run, the most any one captured inside it, and the start-up capture "
+           "time (which includes compiling the Triton variants the graphs use):", ""]
+    out += _table(("sweep", "cells", "no capture in the run", "most captures in the run", "capture at start s"),
+                  rows)
+    out += ["", _cite(f"{H200}/table*/*.json")]
     return "\n".join(out) + "\n"
 
 
@@ -434,6 +466,7 @@ GENERATORS: dict[str, Callable[[Sources], str]] = {
     "extend": render_extend,
     "serving-ab": render_serving_ab,
     "prefix-rule": render_prefix_rule,
+    "graphs": render_graphs,
     "specialize": render_specialize,
     "host": render_host,
     "tp2": render_tp2,
