@@ -13,8 +13,8 @@ from typing import Literal
 System = Literal["paged", "cascade", "granikv"]
 SYSTEMS: tuple[str, ...] = ("paged", "cascade", "granikv")
 
-# The dispatcher's break-even on an H200 (Llama-3.1-8B, TP=1; perf-notes, "Dispatcher: when a prefix
-# pass pays"): a prefix pass pays once it avoids ~128 MiB of K/V re-reads per layer
+# The dispatcher's break-even on an H200 (Llama-3.1-8B, TP=1; docs/performance.md,
+# "prefix_pass_min_saved_mib"): a prefix pass pays once it avoids ~128 MiB of K/V re-reads per layer
 PREFIX_PASS_MIN_SAVED_MIB = 128.0
 
 

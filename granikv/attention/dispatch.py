@@ -11,7 +11,7 @@ the paged baseline by more than noise.
 "Pays for" is measured, not assumed: a prefix pass adds two launches per layer (the pass and the
 LSE merge), ~14 us a layer on an H200 in a decode graph, while what it saves — the class's other
 n-1 requests re-reading the prefix — is partly served from L2 in the paged path when the prefix
-is short. The served Table 9 cells at B=8/32 (perf-notes, "Dispatcher: when a prefix pass pays")
+is short. The served Table 9 cells at B=8/32 (docs/performance.md, "prefix_pass_min_saved_mib")
 put the break-even between 62 MiB (lost: Lp=512, B=32) and 224 MiB (won: Lp=8K, B=8) of K/V
 re-reads avoided per layer, so a class takes a prefix pass only when it avoids at least
 `min_saved_bytes` per layer: (n-1) * Lp * bytes_per_token.

@@ -60,7 +60,8 @@ CASCADE_CONFIG = PrefixConfig(block_m=64, block_n=128, num_warps=4, num_stages=3
 # or a multiple of 16 (a value of 1 is compiled in as a constant, multiples of 16 as aligned),
 # so the engine's start-up captures, which see one class per step, cannot compile what a
 # multi-prefix run needs: Table 20 k=16 (16 classes of 16: TILES = 1 with one split) compiled
-# inside the first run on each machine (tests/engine/test_no_compile_gpu.py checks none does).
+# inside the first run on each machine (tests/engine/test_no_compile_gpu.py checks none does;
+# docs/performance.md, "No int specialization in the prefix pass").
 @triton.jit(do_not_specialize=["max_splits", "TILES"])
 def _prefix_kernel(
     Q, K, V, KDesc, VDesc, Indptr, Reqs, PrefixLen, SlabBase, PageRows, SlotTable,

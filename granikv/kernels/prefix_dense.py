@@ -8,7 +8,7 @@ Two forms, both measured by harness/microbench/kernels.py:
   `n_c*g x Lp` score matrix per head to memory, which costs more bytes than the KV itself once
   n_c*g > ~50, and needs the class shapes on the host (`PrefixClasses.host_*`).
 `impl="auto"` picks the form that measured faster on the H200 (the fused one at every swept
-shape; see docs/perf-notes.md).
+shape; see docs/performance.md and docs/generated/kernels.md).
 
 Only the slab form is accepted: the point of the dense pass is that the prefix needs no gather.
 """

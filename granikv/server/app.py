@@ -36,7 +36,7 @@ MAX_PROFILE_STEPS = 1000  # a window long enough for any table, short enough to 
 # The listen queue. A benchmark client at B=256 opens ~250 connections at once; aiohttp's default
 # backlog of 128 overflows, the kernel drops the SYNs beyond it, and those clients retry only after
 # TCP's 1 s initial retransmission timeout: a tenth of the requests then start a second late (seen
-# as p90 TTFT of 1.1 s against a median of 0.2 s on the H200, perf-notes v6). uvicorn (SGLang's
+# as a p90 TTFT several times the median; docs/performance.md, "The engine in its own process"). uvicorn (SGLang's
 # server) listens with 2048; the kernel caps it at net.core.somaxconn.
 LISTEN_BACKLOG = 2048
 
@@ -64,7 +64,7 @@ class Server:
         # SGLang's server flag of the same name: streamed /generate chunks carry only the new text
         # and ids instead of everything so far (the default, as SGLang's), whose bytes grow with
         # the square of the output length: 6 MB per 1024-token request, which the client must
-        # parse (perf-notes, "HTTP check at 1024 output tokens")
+        # parse (docs/performance.md, "Incremental streaming")
         self.incremental = incremental_streaming_output
         info = loop.info
         self.vocab = info["vocab_size"]

@@ -306,7 +306,7 @@ def main(argv=None) -> int:
 
 
 def notes_table(path: str) -> str:
-    """Markdown table of a steps.json (for docs/perf-notes.md; numbers are read, never typed)."""
+    """Markdown table of a steps.json (for docs/generated/decode-step.md; numbers are read, never typed)."""
     doc = json.loads(Path(path).read_text())
     lines = ["| system | Lp | B | step ms (median) | floor ms | step/floor | host-gap share | GPU busy ms/step |",
              "|---|---|---|---|---|---|---|---|"]

@@ -48,7 +48,7 @@ def print_table(bn: Bench, summary: dict) -> None:
     print(f"m_sat: {summary['m_sat']['by_g']}  regret: {summary['m_sat']['regret']}")
 
 
-# ---- docs/perf-notes.md: the measured tables are rendered from result files, never typed ----------
+# ---- docs/generated/kernels.md: the measured tables are rendered from result files, never typed ----------
 NOTES_BEGIN = "<!-- kernels-microbench:begin (generated: python -m harness.microbench.kernels --notes) -->"
 NOTES_END = "<!-- kernels-microbench:end -->"
 HBM_READ = 4.48e12  # B/s: cuDNN decode reading contiguous KV on an H200 (DESIGN.md §8), the read ceiling
@@ -60,8 +60,8 @@ def _floor_us(nbytes: float, flops: float) -> tuple[float, str]:
     return (tb, "bytes") if tb >= tf else (tf, "FLOPs")
 
 
-def render_notes(result: dict, history: list[tuple[str, dict]]) -> str:
-    """Markdown tables of one result file (+ earlier runs) for docs/perf-notes.md."""
+def render_notes(result: dict) -> str:
+    """Markdown tables of one result file for docs/generated/kernels.md."""
     env, ceil, summ, recs = result["env"], result["ceilings"], result["summary"], result["records"]
     bars_ = summ["bars"]
     out = [NOTES_BEGIN, ""]
@@ -204,53 +204,13 @@ def render_notes(result: dict, history: list[tuple[str, dict]]) -> str:
                 if kk in ("block_m", "block_n", "num_warps", "num_stages", "target_programs", "tma")
             }
             out.append(f"| {k} | {x['us']} | {c} | {x.get('max_splits', '')} |")
-    if history:
-        out += [
-            "",
-            "Runs in order (results/h200/microbench/history/):",
-            "",
-            "| run | git | dense B=256 (us) | cascade B=256 (us) | cascade B=32 (us) | decode unique (TB/s) "
-            "| extend (TFLOP/s) | prefix speedup | bars met |",
-            "|---|---|---|---|---|---|---|---|---|",
-        ]
-        for name, h in history:
-            hr = h["records"]
-
-            def hp(op, layout, b, sweep=False, hr=hr):
-                xs = [
-                    r
-                    for r in hr
-                    if r["op"] == op
-                    and r["layout"] == layout
-                    and r["B"] == b
-                    and r["Lp"] == 8192
-                    and r["g"] == 4
-                    and (r.get("sweep") if sweep else r.get("table5"))
-                ]
-                return min((r["us"] for r in xs), default=float("nan"))
-
-            hb = h.get("summary", {}).get("bars", {})
-            met = sum(
-                bool(hb.get(k))
-                for k in ("bar_decode_4TBps", "bar_prefix_25x", "bar_cascade_4x", "bar_extend_40pct")
-            )
-            out.append(
-                f"| {name} | {str(h['env'].get('git_sha'))[:7]} | "
-                f"{hp('prefix_dense', 'shared', 256):.1f} | {hp('prefix_cascade', 'shared', 256):.1f} | "
-                f"{hp('prefix_cascade', 'shared', 32, True):.1f} | "
-                f"{hb.get('decode_unique_TBps')} | {hb.get('extend_TFLOPs')} | "
-                f"{hb.get('prefix_speedup_vs_unique')} | {met}/4 |"
-            )
     out += ["", NOTES_END]
     return "\n".join(out)
 
 
-def write_notes(result_path: str, history_paths: list[str], notes_path: str | None) -> None:
+def write_notes(result_path: str, notes_path: str | None) -> None:
     result = json.loads(Path(result_path).read_text())
-    history = [
-        (Path(h).stem.removeprefix("kernels."), json.loads(Path(h).read_text())) for h in history_paths
-    ]
-    block = render_notes(result, history)
+    block = render_notes(result)
     if not notes_path:
         print(block)
         return

@@ -3,7 +3,7 @@ B x Lp sweep, the M_sat fit, and the bars of the kernels issue, in one run.
 
     python -m harness.microbench.kernels --out $OUT/kernels.json --hardware-yaml conf/hardware/h200.yaml
     python -m harness.microbench.kernels --smoke        # tiny shapes, CPU interpreter, proves the script runs
-    python -m harness.microbench.kernels --notes RESULT_JSON [--history ...] [--notes-into docs/FILE.md]
+    python -m harness.microbench.kernels --notes RESULT_JSON [--notes-into docs/FILE.md]
 
 The bench itself (shapes, byte and FLOP models, layouts) is `kernel_bench`; the tuning
 `kernel_tune`; the M_sat fit `m_sat`; the console and Markdown report `kernel_report`. This
@@ -291,13 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--yaml-out", default=None, help="write the updated yaml here instead of in place")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes; runs on CPU under the interpreter")
     ap.add_argument(
-        "--notes", default=None, metavar="RESULT_JSON", help="render the perf-notes tables of a result"
+        "--notes", default=None, metavar="RESULT_JSON", help="render the Markdown tables of a result "
+        "(docs/generated/kernels.md)"
     )
-    ap.add_argument("--history", nargs="*", default=[], help="earlier result files, in order (with --notes)")
     ap.add_argument("--notes-into", default=None, help="replace the generated block of this markdown file")
     args = ap.parse_args(argv)
     if args.notes:
-        write_notes(args.notes, args.history, args.notes_into)
+        write_notes(args.notes, args.notes_into)
         return 0
     smoke = args.smoke or not torch.cuda.is_available()
     if smoke and not args.smoke:
