@@ -40,7 +40,7 @@ from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
 from granikv.engine.runner import Launched
 from granikv.engine.scheduler import Step
-from granikv.memory.storage import storage_from_config
+from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import load_spec
 from harness.microbench._timing import env_info
 from harness.workloads import Request as WorkloadRequest
