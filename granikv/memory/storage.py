@@ -18,8 +18,7 @@ one compare of the prompt against the cached prefix and one write of its private
 prefix part of a row is rewritten only when it differs from what the row already holds).
 
 Slot ownership (checked by `audit`): every usable slot is free, or owned by exactly one of a radix
-node (HOT nodes: their slab owns the whole range), a request (its private positions), a retired
-promotion source still read by live requests, or a slab.
+node (HOT nodes: their slab owns the whole range), a request (its private positions), or a slab.
 
 Lifecycle of a request:
     adm = storage.admit(prompt, shared_prefix_len)    # None: wait or retract something
@@ -56,14 +55,6 @@ class PrefixInfo:
     slab_id: int
 
 
-@dataclass
-class RetiredBlock:
-    """COLD slots of a promoted prefix, kept until the requests that still read them end."""
-
-    slots: np.ndarray
-    readers: int
-
-
 @dataclass(eq=False)
 class Admission:
     """Handle of one admitted request. `slots` are the prompt's slots; positions `< cached_len`
@@ -83,7 +74,6 @@ class Admission:
     slab: Slab | None = field(repr=False, default=None)  # slab held privately (not yet cached)
     closed: list[tuple[int, int]] = field(repr=False, default_factory=list)  # private ranges
     tail_start: int = 0  # positions [tail_start, seq_len) are private too
-    retired: list[RetiredBlock] = field(repr=False, default_factory=list)
     done: bool = False
 
 
@@ -96,6 +86,7 @@ class StorageStats:
     hot_hits: int = 0  # admissions whose prefix was already in a slab
     hot_fallbacks: int = 0  # explicit prefixes that could not get a slab (placed in COLD, B.10)
     promotions_planned: int = 0
+    promoted_readers: int = 0  # live requests re-pointed from a COLD prefix to its new slab
     evictions: int = 0  # eviction calls that freed something
     evicted_slots: int = 0
 
@@ -405,12 +396,6 @@ class Storage:
         if adm.slab is not None:
             self._hot().release(adm.slab)
             adm.slab = None
-        if adm.retired:
-            for blk in adm.retired:
-                blk.readers -= 1
-                if blk.readers == 0:
-                    self.pool.free(blk.slots)
-            adm.retired.clear()
         adm.done = True
         r = adm.row
         del self.live[r]

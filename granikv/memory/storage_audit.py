@@ -2,7 +2,8 @@
 
 O(slots) numpy work: for tests and debugging, never on the hot path. Every usable slot is free, or
 owned by exactly one of a radix node (HOT nodes: their slab owns the whole range), a request (its
-private positions), a retired promotion source still read by live requests, or a slab.
+private positions), or a slab. A committed promotion leaves no COLD copy behind: every live
+reader of the promoted path reads the slab (`GraniKVStorage.commit_promotion`).
 """
 
 from __future__ import annotations
@@ -42,10 +43,7 @@ def audit_storage(st: Storage) -> None:
         while x is not st.radix.root:
             expected_locks[x.id] = expected_locks.get(x.id, 0) + 1
             x = x.parent
-        seen = set()
-        for blk in adm.retired:
-            assert id(blk) not in seen
-            seen.add(id(blk))
+        _check_row_reads_its_path(st, adm)
     for x in st.radix.nodes():
         if x.kind != HOT:
             own(x.slots)
@@ -63,16 +61,31 @@ def audit_storage(st: Storage) -> None:
     assert len(st._free_rows) + len(st.live) == st.max_running
 
 
+def _check_row_reads_its_path(st: Storage, adm) -> None:
+    """Positions [0, node_end) of a live row hold the slots of the radix path it locks, except
+    its private copies (`closed` ranges: positions someone else cached meanwhile; the head of a
+    slab it holds itself, when another request cached that prefix in COLD first). A row that
+    read anything else (a promoted path's old COLD copy, freed at commit) would read freed KV."""
+    path = st.radix.path(adm.node)
+    if not path:
+        return
+    want = np.concatenate([x.slots for x in path])
+    got = st.table[adm.row, : len(want)].copy()
+    for a, b in adm.closed:
+        got[a:b] = want[a:b]
+    if adm.slab is not None:
+        got[: adm.slab.length] = want[: adm.slab.length]
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"row {adm.row} reads slots other than its locked path's at positions {bad[:5]}"
+
+
 def audit_granikv(st: GraniKVStorage, own, expected_locks: dict[int, int]) -> None:
-    """The HOT side: slabs, retired COLD copies, slab reference counts, lent slots, contiguous prefixes."""
+    """The HOT side: slabs, slab reference counts, lent slots, contiguous prefixes, and no live row
+    reading a promoted path's freed COLD copy (a HOT node's positions in a row that locks it hold
+    the node's slab slots)."""
     hot = st.hot
     for slab in hot.slabs.values():
         own(np.arange(slab.base, slab.end))
-    blocks = {id(b): b for adm in st.live.values() for b in adm.retired}
-    for b in blocks.values():
-        own(b.slots)
-        readers = sum(1 for adm in st.live.values() for x in adm.retired if x is b)
-        assert b.readers == readers
     holders = {sid: 0 for sid in hot.slabs}
     node_refs = {sid: 0 for sid in hot.slabs}
     for adm in st.live.values():
@@ -110,8 +123,6 @@ def audit_granikv(st: GraniKVStorage, own, expected_locks: dict[int, int]) -> No
     for x in st.radix.nodes():
         if x.kind == COLD:
             cold_in_hot.update(int(s) for s in x.slots if s < hot.end)
-    for b in blocks.values():
-        cold_in_hot.update(int(s) for s in b.slots if s < hot.end)
     assert lent == cold_in_hot, "lent HOT slots do not match COLD-owned slots in the HOT region"
     # Ranges: free ranges sorted, disjoint, coalesced.
     fr = hot.free_ranges()

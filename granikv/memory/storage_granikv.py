@@ -12,7 +12,7 @@ from granikv.memory.cold import ColdPool
 from granikv.memory.hot import HotPool, Slab
 from granikv.memory.paged import PagedPool
 from granikv.memory.radix import COLD, HOT, RadixCache, Segment
-from granikv.memory.storage import Admission, PrefixInfo, RetiredBlock, Storage
+from granikv.memory.storage import Admission, PrefixInfo, Storage
 from granikv.memory.storage_audit import audit_granikv
 
 # One-segment layout of any inserted length (RadixCache.insert clips segments to the tokens).
@@ -110,20 +110,52 @@ class GraniKVStorage(Storage):
         out, self._new_plans = self._new_plans, []
         return out
 
-    def commit_promotion(self, plan: PromotionPlan) -> None:
+    def commit_promotion(self, plan: PromotionPlan) -> list[tuple[int, int]]:
+        """The copy into the slab is done (queued on the device): re-point the radix path, every
+        live reader of it, and free the COLD copy now.
+
+        A live row reads a promoted node when its table holds the node's COLD slots there (rows
+        that matched the path hold them; a row's private copies never equal a node's slots).
+        Each reader's leading run of promoted positions [0, n) is rewritten to `base + arange(n)`
+        in the host table, and its prefix becomes the slab run when it is worth a prefix pass
+        (`min_prefix_for_hot`), exactly as for a request admitted after the commit. K/V in the
+        slab are bit-identical copies, so nothing a request computes changes.
+
+        Returns (row, n) per re-pointed row: the caller mirrors the rewrite on the device slot
+        table, stream-ordered after the copy (`Engine._run_promotions`). Freeing the COLD copy
+        at once is safe on one device stream: a step already queued still reads the old slots,
+        but any kernel that writes a reallocated slot is queued after it.
+        """
         old = self.policy.commit(plan)
+        base, slab = plan.slab.base, plan.slab
         rows = np.fromiter(self.live.keys(), dtype=np.int64, count=len(self.live))
-        for pos, slots in old:
-            readers = []
-            if rows.size:
-                hit = (self.seq_lens[rows] > pos) & (self.table[rows, pos] == slots[0])
-                readers = rows[hit].tolist()
-            if not readers:
-                self.pool.free(slots)
-                continue
-            blk = RetiredBlock(slots, len(readers))
-            for r in readers:
-                self.live[r].retired.append(blk)
+        runs = np.zeros(rows.size, dtype=np.int64)
+        if rows.size:
+            lens = self.seq_lens[rows]
+            reading = np.ones(rows.size, dtype=bool)  # rows that read every node so far
+            for pos, slots in old:  # path order: pos = sum of the previous nodes' lengths
+                n = len(slots)
+                idx = np.flatnonzero(reading & (lens >= pos + n))
+                hit = idx[self.table[rows[idx], pos] == slots[0]]
+                if hit.size:
+                    whole = (self.table[rows[hit], pos : pos + n] == slots).all(axis=1)
+                    if not whole.all():
+                        raise RuntimeError("a row reads part of a radix node (storage invariant broken)")
+                runs[hit] += n
+                reading[:] = False
+                reading[hit] = True
+        self.pool.free(np.concatenate([slots for _, slots in old]))
+        out = []
+        worth = self.policy.cfg.min_prefix_for_hot
+        for r, n in zip(rows[runs > 0].tolist(), runs[runs > 0].tolist(), strict=True):
+            self.table[r, :n] = np.arange(base, base + n, dtype=np.int32)
+            self._row_prefix[r] = None  # its prefix positions no longer hold the node arrays
+            adm = self.live[r]
+            if n >= worth:
+                adm.prefix = PrefixInfo(base, n, slab.id)
+            out.append((r, n))
+        self.counters.promoted_readers += len(out)
+        return out
 
     def cancel_promotion(self, plan: PromotionPlan) -> None:
         self.policy.cancel(plan)

@@ -104,6 +104,9 @@ class StubRunner:
     def write_row(self, req, slots) -> None:
         pass
 
+    def repoint_rows(self, rows, base: int, n: int) -> None:
+        pass
+
     def run(self, step: Step) -> list[int]:
         if step.mode == "decode":
             return self.complete(self.launch_decode(step))
