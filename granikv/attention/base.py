@@ -16,7 +16,7 @@ import torch
 
 from granikv.attention.batch import StepBatch
 from granikv.attention.ops import KernelOps
-from granikv.attention.plan import CASCADE, DENSE, DecodeMeta, DecodePlan, materialize
+from granikv.attention.plan import CASCADE, DENSE, ROWS, DecodeMeta, DecodePlan, materialize
 from granikv.trace import span
 
 
@@ -94,10 +94,11 @@ class AttentionBackend:
         if dense is not None:
             op, lp = self.ops.prefix_dense(q, kc, vc, dense, self.sm_scale)
             self.ops.merge_(o, lse, op, lp)
-        casc = m.passes.get(CASCADE)
-        if casc is not None:
-            op, lp = self.ops.prefix_cascade(q, kc, vc, casc, self.sm_scale)
-            self.ops.merge_(o, lse, op, lp)
+        for kind in (CASCADE, ROWS):  # ROWS: COLD shared runs through a slot-table row (granikv)
+            casc = m.passes.get(kind)
+            if casc is not None:
+                op, lp = self.ops.prefix_cascade(q, kc, vc, casc, self.sm_scale)
+                self.ops.merge_(o, lse, op, lp)
         return o
 
     def stats(self) -> dict:

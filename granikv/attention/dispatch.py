@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from granikv.attention.plan import CASCADE, DENSE
+from granikv.attention.plan import CASCADE, DENSE, ROWS
 
 PLAIN = "plain"  # the request reads its prefix through the slot table like any token
 
@@ -56,13 +56,14 @@ class DispatchCounters:
     decode_steps: int = 0
     dense_steps: int = 0  # steps with at least one dense class
     cascade_steps: int = 0  # steps with at least one cascade class
+    rows_steps: int = 0  # steps with at least one COLD class read through a slot-table row
     paged_steps: int = 0  # steps where every request took the plain path
-    class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, PLAIN: 0})
+    class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, ROWS: 0, PLAIN: 0})
     # per decision, class size -> class-steps: a prefix pass's work is whole M tiles per class
     # (ceil(n * g / BLOCK_M) reads of the prefix), so two runs of one workload whose batches split
     # into classes differently (64+64+64+64 against 70+62+60+64) differ in prefix reads at equal
     # token counts; this is what tells such runs apart in a result file
-    class_sizes: dict = field(default_factory=lambda: {DENSE: {}, CASCADE: {}, PLAIN: {}})
+    class_sizes: dict = field(default_factory=lambda: {DENSE: {}, CASCADE: {}, ROWS: {}, PLAIN: {}})
 
     def record(self, decisions: list[str], sizes: list[int] | None = None) -> None:
         self.decode_steps += 1
@@ -71,6 +72,8 @@ class DispatchCounters:
             self.dense_steps += 1
         if CASCADE in kinds:
             self.cascade_steps += 1
+        if ROWS in kinds:
+            self.rows_steps += 1
         if not kinds - {PLAIN}:
             self.paged_steps += 1
         for d in decisions:
@@ -84,6 +87,7 @@ class DispatchCounters:
             "decode_steps": self.decode_steps,
             "dense_steps": self.dense_steps,
             "cascade_steps": self.cascade_steps,
+            "rows_steps": self.rows_steps,
             "paged_steps": self.paged_steps,
             "class_decisions": dict(self.class_decisions),
             "class_sizes": {d: {str(n): c for n, c in sorted(h.items())} for d, h in self.class_sizes.items()},

@@ -1,59 +1,126 @@
 """`granikv`: HOT slabs + COLD token slots, with the per-step dense/cascade dispatcher.
 
-Requests whose shared prefix sits in a HOT slab form one prefix class per slab. Per step and
-per class the dispatcher (dispatch.py) picks the dense pass (one fat contraction of the class's
-queries against the contiguous slab), the cascade pass (slab streamed once in tiles), or the
-plain path. Every request's own tokens (suffix and decoded tokens, in COLD) are read by the
-paged decode kernel from position Lp on; the partial results are merged by log-sum-exp.
-Requests without a slab (fallback to COLD, or a prefix too short) read everything on the plain
-path, exactly as the paged system would.
+Requests reading one HOT slab form prefix classes by the run of the slab they read (a request
+re-pointed by a promotion or admitted after it reads the slab's head; `classes.py` picks each
+class's common length). Requests without a slab that share a long COLD run of slot-table
+positions (no HOT space, a prefix not yet promoted) form COLD classes, read once per class
+through a representative member's slot-table row (the `rows` pass, the cascade kernel's page-row
+form). Per class the dispatcher (dispatch.py) picks the dense pass (one fat contraction against
+the contiguous slab), the cascade pass, or the plain path; a COLD class takes the rows pass
+whenever the rule picks a prefix pass. Every request's own tokens are read by the paged decode
+kernel from its class length on; the partial results are merged by log-sum-exp. Requests in no
+class read everything on the plain path, exactly as the paged system would.
 """
 
 from __future__ import annotations
 
 from granikv.attention.base import AttentionBackend
-from granikv.attention.batch import StepBatch
+from granikv.attention.batch import ReqView, StepBatch
+from granikv.attention.cascade import common_prefix_len
+from granikv.attention.classes import partition_runs
 from granikv.attention.dispatch import PLAIN, DispatchCounters, DispatchPolicy
-from granikv.attention.plan import ClassLists, DecodePlan, _pow2
+from granikv.attention.plan import ROWS, ClassLists, DecodePlan, _pow2
 
 
 class GraniKVBackend(AttentionBackend):
     name = "granikv"
 
-    def __init__(self, *args, policy: DispatchPolicy | None = None, **kwargs) -> None:
+    def __init__(self, *args, policy: DispatchPolicy | None = None, cold_classes: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.policy = policy or DispatchPolicy(group_size=self.group_size)
+        self.cold_classes = cold_classes
         self.counters = DispatchCounters()
+        # (representative key, member key) -> (their slot views, first slot, common run): a running
+        # request's prompt slots change only when a promotion re-points its head, which changes
+        # its first slot, so the entry is valid while both views and the first slot match
+        self._lcp: dict[tuple, tuple] = {}
 
     def plan_decode(self, batch: StepBatch) -> DecodePlan:
-        groups: dict[tuple[int, int], list[int]] = {}
+        hot: dict[int, list[tuple[int, int]]] = {}
+        cold: dict[int, list[int]] = {}
+        min_len = self.policy.min_prefix_len
         for i, r in enumerate(batch.reqs):
             if r.slab is not None:
-                groups.setdefault(r.slab, []).append(i)
+                hot.setdefault(r.slab[0], []).append((i, min(r.slab[1], r.seq_len - 1)))
+            elif self.cold_classes and r.slots is not None and r.seq_len - 1 >= min_len and len(r.slots):
+                cold.setdefault(int(r.slots[0]), []).append(i)
         kv_start = None
         passes: dict[str, ClassLists] = {}
         decisions, sizes = [], []
-        for (base, lp), members in groups.items():
-            kind = self.policy.choose(len(members), lp)
+
+        def add(kind: str, members: list[int], length: int, where: int, slab: bool) -> None:
+            nonlocal kv_start
             decisions.append(kind)
             sizes.append(len(members))
             if kind == PLAIN:
-                continue
-            c = passes.setdefault(kind, ClassLists(members=[], lens=[], bases=[]))
+                return
+            c = passes.get(kind)
+            if c is None:
+                c = passes[kind] = ClassLists(members=[], lens=[], bases=[] if slab else None,
+                                              page_rows=None if slab else [])
             c.members.append(members)
-            c.lens.append(lp)
-            c.bases.append(base)
+            c.lens.append(length)
+            (c.bases if slab else c.page_rows).append(where)
             if kv_start is None:
                 kv_start = [0] * batch.num_reqs
             for i in members:
-                kv_start[i] = lp
+                kv_start[i] = length
+
+        min_size = self.policy.min_class_size
+        for base, runs in hot.items():
+            for members, length in partition_runs(runs, min_size):
+                add(self.policy.choose(len(members), length), members, length, base, True)
+        lcp: dict[tuple, tuple] = {}
+        for first, idx in cold.items():
+            if len(idx) < min_size:
+                continue
+            for members, length, rep in self._cold_classes(batch.reqs, idx, first, lcp):
+                kind = self.policy.choose(len(members), length)
+                add(PLAIN if kind == PLAIN else ROWS, members, length, batch.reqs[rep].row, False)
+        self._lcp = lcp
         self.counters.record(decisions or [PLAIN], sizes)
         return DecodePlan(kv_start=kv_start, passes=passes)
 
+    def _cold_classes(self, reqs: list[ReqView], idx: list[int], first: int, cache: dict,
+                      tries: int = 4) -> list[tuple[list[int], int, int]]:
+        """Classes among requests whose rows start with the same COLD slot: runs are common slot
+        prefixes with a representative (the first request left), which every member then reads
+        through the representative's row. At most `tries` representatives per group (host time)."""
+        out = []
+        rest = idx
+        min_size = self.policy.min_class_size
+        while len(rest) >= min_size and tries > 0:
+            tries -= 1
+            rep = reqs[rest[0]]
+            runs = [(rest[0], min(len(rep.slots), rep.seq_len - 1))]
+            for i in rest[1:]:
+                r = reqs[i]
+                key = (rep.key, r.key)
+                hit = self._lcp.get(key) or cache.get(key)
+                if hit is not None and hit[0] is rep.slots and hit[1] is r.slots and hit[2] == first:
+                    n = hit[3]
+                else:
+                    n = common_prefix_len(rep.slots, r.slots)
+                cache[key] = (rep.slots, r.slots, first, n)
+                runs.append((i, min(n, r.seq_len - 1)))
+            got = partition_runs(runs, min_size, max_classes=1)
+            if not got or got[0][1] < self.policy.min_prefix_len:
+                rest = rest[1:]  # the representative shares little: try the next one
+                continue
+            members, length = got[0]
+            out.append((members, length, rest[0]))  # every member's run is common with its row
+            taken = set(members)
+            rest = [i for i in rest if i not in taken]
+        return out
+
     def warm_signatures(self, n: int) -> list[tuple]:
         kind = self.policy.choose(n, max(self.policy.min_prefix_len, 1 << 20))
-        return [()] if kind == PLAIN else [(), ((kind, 1, _pow2(n), True),)]
+        if kind == PLAIN:
+            return [()]
+        sigs = [(), ((kind, 1, _pow2(n), True),)]
+        if self.cold_classes:
+            sigs.append(((ROWS, 1, _pow2(n), False),))
+        return sigs
 
     def stats(self) -> dict:
         return self.counters.as_dict()
-

@@ -15,7 +15,10 @@ import torch
 
 from granikv.kernels.prefix_classes import PrefixClasses
 
-DENSE, CASCADE = "dense", "cascade"  # the two prefix-pass kinds (dispatch.py chooses)
+DENSE, CASCADE = "dense", "cascade"  # the two prefix-pass kinds over HOT slabs (dispatch.py chooses)
+# granikv's prefix pass over a COLD shared run, read through a representative slot-table row
+# (the cascade kernel's page-row form); a class whose rule says dense or cascade takes it
+ROWS = "rows"
 
 
 @dataclass

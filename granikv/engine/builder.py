@@ -22,7 +22,7 @@ from granikv.dist import TPGroup
 from granikv.engine.runner import ModelRunner
 from granikv.kernels import ExtendSplitPolicy
 from granikv.memory.kv_cache import KVCache
-from granikv.memory.storage import storage_from_config
+from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import ModelSpec, load_spec
 from granikv.model.weights import load_model
 

@@ -211,11 +211,28 @@ class Engine:
 
     def _run_promotions(self) -> None:
         """Copy COLD prefixes the admission policy chose for HOT into their slabs (one copy of
-        2·L·Lp·H_kv·d elements, queued on the device after the step), then re-point the tree."""
-        for plan in self.storage.take_promotions():
-            dev = self.kv.k[0].device
+        2·L·Lp·H_kv·d elements, queued on the device after the step), then re-point the tree and
+        the running requests that read the old copy: their device slot-table rows are rewritten
+        after the copy on the same stream, so a step already queued reads the old (still intact)
+        slots and every later step, replayed graphs included, reads the slab. Their prefix
+        class is set, so the next plan reads the slab once per class (docs/ARCHITECTURE.md,
+        "Storage")."""
+        plans = self.storage.take_promotions()
+        if not plans:
+            return
+        dev = self.kv.k[0].device
+        by_row = {r.row: r for r in self.scheduler.running}
+        for plan in plans:
             self.kv.copy_slots(torch.as_tensor(plan.src, device=dev), torch.as_tensor(plan.dst, device=dev))
-            self.storage.commit_promotion(plan)
+            base = plan.slab.base
+            by_len: dict[int, list[int]] = {}
+            for row, n in self.storage.commit_promotion(plan):
+                by_len.setdefault(n, []).append(row)
+                req = by_row[row]
+                p = req.handle.prefix
+                req.prefix_slab = (int(p.hot_base), int(p.prefix_len)) if p is not None else None
+            for n, rows in by_len.items():
+                self.runner.repoint_rows(rows, base, n)
 
     def generate(self, prompts: list[list[int]], params: SamplingParams | list[SamplingParams] | None = None,
                  shared_prefix_lens: list[int | None] | None = None) -> list[list[int]]:

@@ -75,6 +75,12 @@ class ModelRunner:
         n = len(slots)
         self.slot_table[req.row, :n] = torch.as_tensor(slots, dtype=torch.int32).to(self.device)
 
+    def repoint_rows(self, rows: list[int], base: int, n: int) -> None:
+        """Positions [0, n) of `rows` now read the slab `base + arange(n)` (a committed promotion;
+        queued on the current stream, after the copy into the slab)."""
+        idx = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        self.slot_table[idx, :n] = torch.arange(base, base + n, dtype=torch.int32, device=self.device)
+
     def _set_tokens(self, reqs: list[Request], tokens: list[int]) -> None:
         rows = torch.tensor([r.row for r in reqs], dtype=torch.long, device=self.device)
         self.tok_buf[rows] = torch.tensor(tokens, dtype=torch.long, device=self.device)

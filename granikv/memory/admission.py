@@ -14,9 +14,9 @@ When the slabs cannot hold the working set of prefixes, the rest are served from
 
 This module only decides and keeps the books. The engine performs the copy from a returned
 `PromotionPlan` (src COLD slots -> dst slab range, every layer) and then commits it; the commit
-re-points the radix nodes into the slab. Requests that already read the old COLD slots keep
-reading them through their slot tables, so those slots are freed only when the last of them ends
-(the storage policy tracks those readers).
+re-points the radix nodes into the slab, and the storage policy re-points the slot-table rows of
+the requests that already read the old COLD slots and frees those slots at once
+(`GraniKVStorage.commit_promotion`).
 """
 
 from __future__ import annotations
@@ -135,9 +135,9 @@ class HotAdmission:
     def promotion_slab(self, length: int) -> Slab | None:
         """A slab for a promotion from free HOT space only, never by evicting a cached slab.
 
-        The prefix being promoted is already cached (in COLD), and its COLD copy stays held until
-        the requests reading it end, so evicting a cached slab to make room trades a reusable
-        prefix for a duplicate. Under KV pressure with many prefixes (Table 20, k=64: every
+        The prefix being promoted is already cached (in COLD) and is read from there until the
+        copy commits, so evicting a cached slab to make room trades a reusable prefix for a
+        faster read of one already served. Under KV pressure with many prefixes (Table 20, k=64: every
         request's prefix is in COLD or a cached slab when a batch drains) each such eviction
         forces a recompute of the evicted prefix, whose new slab evicts the next one: a cascade
         that more than doubled the evicted KV. A COLD prefix stays COLD (B.10) until HOT space
@@ -180,7 +180,7 @@ class HotAdmission:
 
     def commit(self, plan: PromotionPlan) -> list[tuple[int, np.ndarray]]:
         """The copy is done: the radix path now lives in the slab. Returns (position, old COLD
-        slots) per node for the caller to free once no request reads them."""
+        slots) per node for the caller to re-point its readers and free."""
         del self.pending[plan.id]
         old = self.radix.repoint_to_slab(plan.node, plan.slab)
         self.radix.unlock(plan.node)

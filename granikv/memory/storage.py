@@ -1,4 +1,8 @@
-"""Storage: the one object the scheduler talks to about KV slots, one implementation per system.
+"""Storage: the one object the scheduler talks to about KV slots (the shared facade).
+
+This module holds the machinery both systems share; `storage_paged` and `storage_granikv` choose
+the pools and where prefixes go, `storage_audit` checks the invariants below, and
+`storage_factory` builds the policy of a system.
 
 `paged`/`cascade`: a PagedPool of P-slot pages over every slot, prefixes shared page-aligned
 through the radix cache. `granikv`: a HotPool of contiguous slabs over `[1, 1+N_hot)` and a
@@ -14,8 +18,7 @@ one compare of the prompt against the cached prefix and one write of its private
 prefix part of a row is rewritten only when it differs from what the row already holds).
 
 Slot ownership (checked by `audit`): every usable slot is free, or owned by exactly one of a radix
-node (HOT nodes: their slab owns the whole range), a request (its private positions), a retired
-promotion source still read by live requests, or a slab.
+node (HOT nodes: their slab owns the whole range), a request (its private positions), or a slab.
 
 Lifecycle of a request:
     adm = storage.admit(prompt, shared_prefix_len)    # None: wait or retract something
@@ -29,23 +32,18 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from granikv.memory.admission import AdmissionConfig, HotAdmission, PromotionPlan, hot_run
+from granikv.memory.admission import PromotionPlan
 from granikv.memory.cold import ColdPool
 from granikv.memory.hot import HotPool, Slab
 from granikv.memory.paged import PagedPool
-from granikv.memory.radix import COLD, HOT, PAGED, Node, RadixCache, Segment
+from granikv.memory.radix import PAGED, Node, RadixCache, Segment
+from granikv.memory.storage_audit import audit_storage
 
-if TYPE_CHECKING:
-    from granikv.config import EngineConfig
-
-
-# One-segment layouts of any inserted length (RadixCache.insert clips segments to the tokens).
+# One-segment layout of any inserted length (RadixCache.insert clips segments to the tokens).
 _ALL_PAGED = [Segment(0, 1 << 62, PAGED)]
-_ALL_COLD = [Segment(0, 1 << 62, COLD)]
 
 
 @dataclass(frozen=True)
@@ -55,14 +53,6 @@ class PrefixInfo:
     hot_base: int
     prefix_len: int
     slab_id: int
-
-
-@dataclass
-class RetiredBlock:
-    """COLD slots of a promoted prefix, kept until the requests that still read them end."""
-
-    slots: np.ndarray
-    readers: int
 
 
 @dataclass(eq=False)
@@ -84,7 +74,6 @@ class Admission:
     slab: Slab | None = field(repr=False, default=None)  # slab held privately (not yet cached)
     closed: list[tuple[int, int]] = field(repr=False, default_factory=list)  # private ranges
     tail_start: int = 0  # positions [tail_start, seq_len) are private too
-    retired: list[RetiredBlock] = field(repr=False, default_factory=list)
     done: bool = False
 
 
@@ -97,6 +86,7 @@ class StorageStats:
     hot_hits: int = 0  # admissions whose prefix was already in a slab
     hot_fallbacks: int = 0  # explicit prefixes that could not get a slab (placed in COLD, B.10)
     promotions_planned: int = 0
+    promoted_readers: int = 0  # live requests re-pointed from a COLD prefix to its new slab
     evictions: int = 0  # eviction calls that freed something
     evicted_slots: int = 0
 
@@ -406,12 +396,6 @@ class Storage:
         if adm.slab is not None:
             self._hot().release(adm.slab)
             adm.slab = None
-        if adm.retired:
-            for blk in adm.retired:
-                blk.readers -= 1
-                if blk.readers == 0:
-                    self.pool.free(blk.slots)
-            adm.retired.clear()
         adm.done = True
         r = adm.row
         del self.live[r]
@@ -438,47 +422,8 @@ class Storage:
 
     def audit(self) -> None:
         """Check every ownership and reference-count invariant; raises AssertionError. O(slots):
-        for tests and debugging, never on the hot path."""
-        owner = np.zeros(self.num_slots, dtype=np.int32)  # how many owners each slot has
-        usable = self._usable_mask()
-
-        def own(slots):
-            np.add.at(owner, np.asarray(slots, dtype=np.int64), 1)
-
-        expected_locks: dict[int, int] = {}
-        for adm in self.live.values():
-            r = adm.row
-            L = self._seq_len(r)
-            priv = [self.table[r, a:b] for a, b in adm.closed + [(adm.tail_start, L)]]
-            priv = np.concatenate(priv)
-            if self.P > 1:
-                if priv.size:
-                    own(self.pool.slots_of(np.unique(priv // self.P)))
-            else:
-                own(priv)
-            x = adm.node
-            while x is not self.radix.root:
-                expected_locks[x.id] = expected_locks.get(x.id, 0) + 1
-                x = x.parent
-            seen = set()
-            for blk in adm.retired:
-                assert id(blk) not in seen
-                seen.add(id(blk))
-        for x in self.radix.nodes():
-            if x.kind != HOT:
-                own(x.slots)
-        own(self._free_slots())
-        self._audit_extra(own, expected_locks)
-        for x in self.radix.nodes():
-            assert x.lock_ref == expected_locks.get(x.id, 0), f"{x}: expected {expected_locks.get(x.id, 0)}"
-            assert len(x.slots) == len(x.key) > 0
-            if x.kind == PAGED:
-                assert len(x) % self.P == 0 and int(x.slots[0]) % self.P == 0
-        assert owner[0] == 0, "slot 0 handed out"
-        bad = np.flatnonzero(owner[usable] != 1)
-        assert bad.size == 0, f"slots owned {owner[usable][bad[:5]]} times: {np.flatnonzero(usable)[bad[:5]]}"
-        assert not owner[~usable].any(), "unusable slot handed out"
-        assert len(self._free_rows) + len(self.live) == self.max_running
+        for tests and debugging, never on the hot path (`storage_audit`)."""
+        audit_storage(self)
 
     def _usable_mask(self) -> np.ndarray:
         m = np.zeros(self.num_slots, dtype=bool)
@@ -490,238 +435,3 @@ class Storage:
 
     def _audit_extra(self, own, expected_locks) -> None:
         pass
-
-
-class PagedStorage(Storage):
-    """`paged` and `cascade`: P-slot pages everywhere, page-aligned prefix sharing."""
-
-    def __init__(self, system: str, num_slots: int, page_size: int = 16, max_running: int = 256,
-                 max_context: int = 32768, check: bool = False):
-        pool = PagedPool(1, num_slots, page_size, check=check)
-        radix = RadixCache(free=self._release, page_size=page_size)
-        super().__init__(num_slots, max_running, max_context, page_size, pool, radix)
-        self.system = system
-
-    def stats(self) -> dict:
-        s = super().stats()
-        s.update(page_size=self.P, pages_total=self.pool.num_pages, pages_free=self.pool.num_free_pages,
-                 paged_used_slots=self.pool.num_used)
-        return s
-
-
-class GraniKVStorage(Storage):
-    """HOT slabs for shared prefixes + token-level COLD for everything else."""
-
-    system = "granikv"
-
-    def __init__(self, num_slots: int, hot_fraction: float = 0.2, max_running: int = 256,
-                 max_context: int = 32768, admission: AdmissionConfig | None = None, check: bool = False,
-                 cold_page_size: int = 1):
-        n_hot = int(hot_fraction * (num_slots - 1))
-        self.hot = HotPool(1, n_hot)
-        # cold_page_size > 1 is the COLD page-size ablation (paper Table 18): COLD hands out
-        # P-slot pages, borrows nothing from HOT, and only HOT prefixes are cached (a page may
-        # hold tokens of a cached node and of a request, which token-level eviction cannot split).
-        self.cold_page_size = cold_page_size
-        if cold_page_size == 1:
-            pool = ColdPool(1 + n_hot, num_slots, lender=self.hot, check=check)
-        else:
-            pool = PagedPool(1 + n_hot, num_slots, cold_page_size, check=check)
-        radix = RadixCache(free=self._release, hot=self.hot, page_size=1)
-        super().__init__(num_slots, max_running, max_context, cold_page_size, pool, radix)
-        self._evict_frees_tokens = cold_page_size == 1  # else the tree holds HOT slabs only
-        self.policy = HotAdmission(admission or AdmissionConfig(), radix, self.hot, self._evict_slab)
-        self._new_plans: list[PromotionPlan] = []
-
-    def _hot(self) -> HotPool:
-        return self.hot
-
-    def _evict_slab(self, slab: Slab) -> None:
-        freed = self.radix.evict_slab(slab)
-        self.counters.evictions += 1
-        self.counters.evicted_slots += freed
-
-    def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
-        L = len(tokens)
-        m = self.radix.match_prefix(tokens[: L - 1])
-        run, run_slab = hot_run(self.radix, m)
-        Lp = None if shared_prefix_len is None else min(int(shared_prefix_len), L - 1)
-        if Lp is not None and Lp < 1:
-            Lp = None
-        if Lp is not None and run < Lp and m.length < Lp:
-            # The named prefix is not cached whole: give it a fresh slab (recomputing any partly
-            # cached head, so the prefix is one contiguous range), or fall back to COLD (B.10).
-            self.radix.lock(m.node)  # evicting cached slabs must not take the match we may fall back on
-            slab = self.policy.alloc_slab(Lp)
-            self.radix.unlock(m.node)
-            if slab is not None:
-                slab_slots = np.arange(slab.base, slab.end, dtype=np.int32)
-                adm = self._place(tokens, self.radix.root, [slab_slots], Lp,
-                                  PrefixInfo(slab.base, Lp, slab.id), slab)
-                if adm is None:
-                    self.hot.release(slab)
-                    return None
-                self.counters.hot_admits += 1
-                return adm
-            self.counters.hot_fallbacks += 1
-        # A HOT run counts as this request's prefix when it covers the named prefix, or (no name)
-        # when it is long enough to be worth a prefix pass; a few tokens shared by accident (a BOS)
-        # are read through the slot table like any other cached token.
-        worth = Lp if Lp is not None else self.policy.cfg.min_prefix_for_hot
-        prefix = PrefixInfo(int(m.parts[0][0]), run, run_slab.id) if run > 0 and run >= worth else None
-        adm = self._place(tokens, m.node, m.parts, m.length, prefix, None)
-        if adm is None:
-            return None
-        if prefix is not None:
-            self.counters.hot_hits += 1
-        elif Lp is None or m.length >= Lp:
-            plan = self.policy.consider(m, Lp if Lp is not None and m.length >= Lp else None)
-            if plan is not None:
-                self.counters.promotions_planned += 1
-                self._new_plans.append(plan)
-        return adm
-
-    def _cacheable(self, adm: Admission, n: int) -> int:
-        if self.cold_page_size == 1:
-            return n
-        # ablation mode: only a prefix this request placed in its own slab gets cached
-        return min(n, adm.prefix.prefix_len) if adm.slab is not None and adm.prefix is not None else 0
-
-    def _segments(self, adm: Admission, n: int) -> list[Segment]:
-        if adm.slab is not None and adm.prefix is not None:
-            lp = adm.prefix.prefix_len
-            return [Segment(0, min(lp, n), HOT, adm.slab, 0), Segment(min(lp, n), n, COLD)]
-        return _ALL_COLD  # insert clips segments to the inserted length
-
-    # ---- promotions ----------------------------------------------------------------------------
-    def take_promotions(self) -> list[PromotionPlan]:
-        """Plans made since the last call; the engine copies src -> dst in every layer, then
-        calls `commit_promotion` (or `cancel_promotion`)."""
-        out, self._new_plans = self._new_plans, []
-        return out
-
-    def commit_promotion(self, plan: PromotionPlan) -> None:
-        old = self.policy.commit(plan)
-        rows = np.fromiter(self.live.keys(), dtype=np.int64, count=len(self.live))
-        for pos, slots in old:
-            readers = []
-            if rows.size:
-                hit = (self.seq_lens[rows] > pos) & (self.table[rows, pos] == slots[0])
-                readers = rows[hit].tolist()
-            if not readers:
-                self.pool.free(slots)
-                continue
-            blk = RetiredBlock(slots, len(readers))
-            for r in readers:
-                self.live[r].retired.append(blk)
-
-    def cancel_promotion(self, plan: PromotionPlan) -> None:
-        self.policy.cancel(plan)
-
-    # ---- introspection -------------------------------------------------------------------------
-    def stats(self) -> dict:
-        s = super().stats()
-        s.update(
-            hot_slots=self.hot.size, hot_free=self.hot.num_free, hot_slab_slots=self.hot.slab_slots,
-            hot_largest_free=self.hot.largest_free, slabs=len(self.hot.slabs),
-            cached_slabs=self.hot.num_cached, lent_slots=self.hot.num_lent,
-            cold_slots=self.pool.capacity, cold_free=self.pool.num_free,
-            promotions_pending=len(self.policy.pending),
-            promotions_committed=self.policy.promotions_committed,
-            promotions_failed=self.policy.promotions_failed,
-        )
-        return s
-
-    def _usable_mask(self) -> np.ndarray:
-        m = np.zeros(self.num_slots, dtype=bool)
-        m[1 : self.hot.end] = True
-        if self.cold_page_size == 1:
-            m[self.hot.end :] = True
-        else:
-            m[self.pool.first_page * self.P : self.pool.end_page * self.P] = True
-        return m
-
-    def _free_slots(self) -> np.ndarray:
-        hot_free = [np.arange(s, e) for s, e in self.hot.free_ranges()]
-        return np.concatenate([self.pool.free_slots(), *hot_free]).astype(np.int64)
-
-    def _audit_extra(self, own, expected_locks) -> None:
-        hot = self.hot
-        for slab in hot.slabs.values():
-            own(np.arange(slab.base, slab.end))
-        blocks = {id(b): b for adm in self.live.values() for b in adm.retired}
-        for b in blocks.values():
-            own(b.slots)
-            readers = sum(1 for adm in self.live.values() for x in adm.retired if x is b)
-            assert b.readers == readers
-        holders = {sid: 0 for sid in hot.slabs}
-        node_refs = {sid: 0 for sid in hot.slabs}
-        for adm in self.live.values():
-            if adm.slab is not None:
-                holders[adm.slab.id] += 1
-        for plan in self.policy.pending.values():
-            holders[plan.slab.id] += 1
-            x = plan.node
-            while x is not self.radix.root:
-                expected_locks[x.id] = expected_locks.get(x.id, 0) + 1
-                x = x.parent
-        for x in self.radix.nodes():
-            if x.kind == HOT:
-                assert x.slab.id in hot.slabs, f"{x} points into a released slab"
-                node_refs[x.slab.id] += 1
-                assert np.array_equal(x.slots, np.arange(x.slab.base + x.offset,
-                                                         x.slab.base + x.offset + len(x)))
-                assert x.offset + len(x) <= x.slab.length
-                if expected_locks.get(x.id, 0) > 0:
-                    holders[x.slab.id] += 1
-            else:
-                assert x.slab is None
-        for sid, slab in hot.slabs.items():
-            assert slab.refcount == holders[sid], f"slab {sid}: refcount {slab.refcount} != {holders[sid]}"
-            assert slab.node_refs == node_refs[sid]
-            assert slab.node_refs > 0 or slab.refcount > 0, "unreferenced slab not released"
-            assert (sid in {s.id for s in hot.cached_lru()}) == (slab.refcount == 0)
-        # Lent slots are exactly the COLD-owned slots inside the HOT region.
-        lent = set(hot.lent_slots().tolist())
-        cold_in_hot = set()
-        for adm in self.live.values():
-            r = adm.row
-            for a, b in adm.closed + [(adm.tail_start, self._seq_len(r))]:
-                cold_in_hot.update(int(s) for s in self.table[r, a:b] if s < hot.end)
-        for x in self.radix.nodes():
-            if x.kind == COLD:
-                cold_in_hot.update(int(s) for s in x.slots if s < hot.end)
-        for b in blocks.values():
-            cold_in_hot.update(int(s) for s in b.slots if s < hot.end)
-        assert lent == cold_in_hot, "lent HOT slots do not match COLD-owned slots in the HOT region"
-        # Ranges: free ranges sorted, disjoint, coalesced.
-        fr = hot.free_ranges()
-        for (_s0, e0), (s1, _e1) in zip(fr, fr[1:]):
-            assert e0 < s1
-        # A request's HOT prefix is contiguous.
-        for adm in self.live.values():
-            if adm.prefix is not None:
-                got = self.table[adm.row, : adm.prefix.prefix_len]
-                assert np.array_equal(got, np.arange(adm.prefix.hot_base,
-                                                     adm.prefix.hot_base + adm.prefix.prefix_len))
-
-
-def make_storage(system: str, num_slots: int, *, page_size: int = 16, hot_fraction: float = 0.2,
-                 max_running: int = 256, max_context: int = 32768, min_prefix_for_hot: int = 256,
-                 promote_min_refs: int = 2, cold_page_size: int = 1, check: bool = False) -> Storage:
-    """The storage policy of `system` over `num_slots` slots (slot 0 reserved)."""
-    if system in ("paged", "cascade"):
-        return PagedStorage(system, num_slots, page_size, max_running, max_context, check=check)
-    if system == "granikv":
-        adm = AdmissionConfig(min_prefix_for_hot, promote_min_refs)
-        return GraniKVStorage(num_slots, hot_fraction, max_running, max_context, adm, check=check,
-                              cold_page_size=cold_page_size)
-    raise ValueError(f"unknown system {system!r}")
-
-
-def storage_from_config(cfg: EngineConfig, num_slots: int, check: bool = False) -> Storage:
-    """`make_storage` from an EngineConfig; `num_slots` comes from the KV budget (KVCache)."""
-    return make_storage(cfg.system, num_slots, page_size=cfg.page_size, hot_fraction=cfg.hot_fraction,
-                        max_running=cfg.max_running, max_context=cfg.max_context,
-                        min_prefix_for_hot=cfg.min_prefix_for_hot, promote_min_refs=cfg.promote_min_refs,
-                        cold_page_size=cfg.cold_page_size, check=check)

@@ -149,8 +149,7 @@ class Instrument:
         def step():
             out = orig()
             led = self.ledger
-            blocks = {id(b): b for a in self.st.live.values() for b in a.retired}
-            held = sum(len(b.slots) for b in blocks.values())
+            held = 0  # a promotion frees its COLD copy at commit (GraniKVStorage.commit_promotion)
             led.retired_peak = max(led.retired_peak, held)
             led.retired_sum += held
             led.lent_sum += self.st.hot.num_lent

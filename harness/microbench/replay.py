@@ -40,7 +40,7 @@ from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
 from granikv.engine.runner import Launched
 from granikv.engine.scheduler import Step
-from granikv.memory.storage import storage_from_config
+from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import load_spec
 from harness.microbench._timing import env_info
 from harness.workloads import WorkloadRequest, read_workload
@@ -101,6 +101,9 @@ class StubRunner:
         self.full_batch, self.group_size, self.block_m = full_batch, group_size, block_m
 
     def write_row(self, req, slots) -> None:
+        pass
+
+    def repoint_rows(self, rows, base: int, n: int) -> None:
         pass
 
     def run(self, step: Step) -> list[int]:

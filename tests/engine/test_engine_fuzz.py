@@ -1,4 +1,4 @@
-"""The engine under randomized operation sequences (hypothesis): requests of three prefix classes
+"""The engine under randomized operation sequences (hypothesis): requests of four prefix classes (one nested in another)
 and none, with and without the shared-prefix hint, empty suffixes (a prompt that is exactly a
 cached prefix), aborts at any point (waiting, mid-prefill, decoding, finished), cache flushes and a
 KV budget tight enough to retract. What must hold whatever the sequence:
@@ -7,8 +7,10 @@ KV budget tight enough to retract. What must hold whatever the sequence:
   (or up to its first stop token), and those tokens are the same in the three systems, with and
   without overlap scheduling (which runs a stopped request one step too far and drops that
   step), and under KV pressure as with room;
-- after the run nothing leaks: the storage's ownership audit passes, no request holds KV, and
-  once the cache is flushed every slot (and, for granikv, every HOT slab) is free again.
+- the storage's ownership audit passes after every step (granikv: promotions that commit while
+  their readers decode re-point them, prefixes without a hint or HOT space form COLD classes);
+- after the run nothing leaks: no request holds KV, and once the cache is flushed every slot
+  (and, for granikv, every HOT slab) is free again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from hypothesis import strategies as st
 from granikv.engine.request import SamplingParams, Status
 from granikv.engine.tp import create_engine
 
-PREFIX_LENS = (33, 17, 48)  # class 3 = no shared prefix
+PREFIX_LENS = (33, 17, 48, 53)  # class 4 = no shared prefix
+NESTED = {3: 0}  # prefix 3 is prefix 0 plus its own 20 tokens (an agent's role after a shared system prompt)
 VOCAB = 1024
 ROOMY, TIGHT = 4096, 200  # TIGHT: a few requests' KV, so admission waits and decode retracts
 
@@ -46,6 +49,9 @@ def _prompts(ops, seed: int) -> dict[str, tuple[list[int], int | None, int]]:
     every system; a batch's requests differ in their suffix tokens."""
     rng = random.Random(seed)
     prefixes = [[rng.randrange(VOCAB) for _ in range(n)] for n in PREFIX_LENS]
+    for child, parent in NESTED.items():
+        head = prefixes[parent]
+        prefixes[child] = head + prefixes[child][len(head):]
     out = {}
     for i, op in enumerate(ops):
         if op[0] != "add":
@@ -64,7 +70,9 @@ def _prompts(ops, seed: int) -> dict[str, tuple[list[int], int | None, int]]:
 knobs_strategy = st.fixed_dictionaries({
     "chunked_prefill_tokens": st.sampled_from([256, 24]), "page_size": st.sampled_from([16, 4]),
     "cold_page_size": st.sampled_from([1, 1, 4]), "hot_fraction": st.sampled_from([0.3, 0.05]),
-    "extend_graph_tokens": st.sampled_from([(), (16, 64)])})
+    "extend_graph_tokens": st.sampled_from([(), (16, 64)]),
+    # every class takes a prefix pass (dense, cascade or COLD rows) or the measured default rule
+    "prefix_pass_min_saved_mib": st.sampled_from([None, 0]), "promote_min_refs": st.sampled_from([2, 0])})
 
 
 def _replay(system: str, slots: int, ops, prompts, overlap: bool = True,
@@ -91,6 +99,7 @@ def _drive(engine, system: str, ops, prompts) -> tuple[dict[str, list[int]], set
         elif op[0] == "step":
             for _ in range(op[1]):
                 engine.step()
+                engine.storage.audit()
         elif op[0] == "abort" and reqs:
             rid = sorted(reqs)[op[1] % len(reqs)]
             if reqs[rid].status != Status.FINISHED:
@@ -101,6 +110,7 @@ def _drive(engine, system: str, ops, prompts) -> tuple[dict[str, list[int]], set
     guard = 0
     while engine.has_work():
         engine.step()
+        engine.storage.audit()
         guard += 1
         assert guard < 5000, "the engine does not drain"
     outs = {}

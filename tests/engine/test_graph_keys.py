@@ -58,11 +58,33 @@ def test_single_prefix_steps_use_graphs_captured_at_start(system, m_sat, min_sav
         assert (graphs.bucket_for(n), sig) in keys, (n, sig)
 
 
+def _cold_batch(n: int) -> StepBatch:
+    """n requests reading one COLD run of LP slots (no slab), each with its own tail."""
+    b = _batch(n)
+    for r in b.reqs:
+        r.slab = None
+    return b
+
+
+@pytest.mark.parametrize("m_sat,min_saved_mib", [(2048, 0), (100, 0), (2048, 128)])
+def test_single_cold_prefix_steps_use_graphs_captured_at_start(m_sat, min_saved_mib):
+    backend = _backend("granikv", m_sat, min_saved_mib)
+    graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
+    keys = set(graphs.ahead_keys(backend, 512))
+    for n in range(1, 513):
+        sig = backend.plan_decode(_cold_batch(n)).signature()
+        assert (graphs.bucket_for(n), sig) in keys, (n, sig)
+        if n >= 2 and min_saved_mib == 0:
+            assert len(sig) == 1 and sig[0][0] == "rows" and sig[0][1] == 1, sig  # one class, read once
+
+
 def test_ahead_keys_stop_at_max_running():
     backend = _backend("granikv", 2048)
     graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
     assert max(b for b, _ in graphs.ahead_keys(backend, 200)) == 256
-    # a lone request takes the plain path; 2..8 requests the cascade pass (2..8 x g < m_sat)
+    # a lone request takes the plain path; 2..8 requests the cascade pass (2..8 x g < m_sat) over
+    # a slab, or the rows pass over a COLD run (no hint, nothing promoted yet)
     assert graphs.ahead_keys(backend, 8) == [
-        (1, ()), (2, ()), (2, (("cascade", 1, 2, True),)), (4, ()), (4, (("cascade", 1, 4, True),)),
-        (8, ()), (8, (("cascade", 1, 8, True),))]
+        (1, ()), (2, ()), (2, (("cascade", 1, 2, True),)), (2, (("rows", 1, 2, False),)),
+        (4, ()), (4, (("cascade", 1, 4, True),)), (4, (("rows", 1, 4, False),)),
+        (8, ()), (8, (("cascade", 1, 8, True),)), (8, (("rows", 1, 8, False),))]

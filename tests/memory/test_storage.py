@@ -179,7 +179,7 @@ def test_lent_slots_block_slabs_until_returned():
     drain(st)
 
 
-def test_promotion_plan_copy_commit_and_retire():
+def test_promotion_commit_repoints_live_readers_and_frees_cold_copy():
     st = gk(num_slots=2001, min_prefix_for_hot=32, promote_min_refs=2, max_context=200)
     kv = KVCache(num_layers=2, num_slots=2001, num_kv_heads=1, head_dim=1)
     P = seq(7000, 40)
@@ -195,21 +195,50 @@ def test_promotion_plan_copy_commit_and_retire():
     assert plan.src.tolist() == a.slots[:40].tolist()
     kv.copy_slots(torch.as_tensor(plan.src), torch.as_tensor(plan.dst))
     st.audit()
-    st.commit_promotion(plan)
+    old = a.slots[:40].copy()
+    a_own = int(a.slots[40])
+    repointed = st.commit_promotion(plan)
     st.audit()
+    # both live readers now read the slab, as a request admitted after the commit does
+    assert sorted(repointed) == sorted([(a.row, 40), (b.row, 40)])
+    base = plan.slab.base
+    for x in (a, b):
+        assert x.slots[:40].tolist() == list(range(base, base + 40))
+        assert x.prefix is not None and (x.prefix.hot_base, x.prefix.prefix_len) == (base, 40)
+        got = kv.k[0][torch.as_tensor(x.slots[:40], dtype=torch.long), 0, 0]
+        assert got.tolist() == [float(t) for t in P]
+    assert int(a.slots[40]) == a_own  # private positions untouched
+    assert np.isin(old, st.pool.free_slots()).all()  # the COLD copy is freed at the commit
+    assert st.stats()["promoted_readers"] == 2
     c = st.admit(P + [3])
     assert c.prefix is not None and c.prefix.prefix_len == 40 and c.cached_len == 40
-    got = kv.k[0][torch.as_tensor(c.slots[:40], dtype=torch.long), 0, 0]
-    assert got.tolist() == [float(t) for t in P]
-    old = a.slots[:40].copy()
     st.finish(a, P + [1])
-    st.audit()
-    assert not np.isin(old, st.pool.free_slots()).any()  # b still reads the old COLD copy
-    st.finish(b, P + [2])  # the last reader of the old COLD copy: it is freed now
-    assert np.isin(old, st.pool.free_slots()).all()
-    assert not np.isin(old, np.concatenate([x.slots for x in st.radix.nodes()])).any()
+    st.finish(b, P + [2])
     st.audit()
     st.abort(c)
+    drain(st)
+    assert st.available() == 2000
+
+
+def test_promotion_repoints_only_the_run_a_row_reads():
+    """A row that matched only the head of the promoted path (a split node) gets that head
+    re-pointed, its own continuation stays private; short runs get no prefix."""
+    st = gk(num_slots=2001, min_prefix_for_hot=24, promote_min_refs=2, max_context=200)
+    P = seq(7000, 40)
+    a = st.admit(P + [1])
+    st.cache_prompt(a, P + [1])
+    head = st.admit(P[:20] + [5, 6, 7])  # splits the node at 20 (too short to promote)
+    b = st.admit(P + [2])  # the second reader of the whole 40 (a promotion)
+    (plan,) = [p for p in st.take_promotions() if p.length == 40]
+    st.audit()
+    rep = dict(st.commit_promotion(plan))
+    st.audit()
+    assert rep == {a.row: 40, b.row: 40, head.row: 20}
+    assert head.slots[:20].tolist() == list(range(plan.slab.base, plan.slab.base + 20))
+    assert head.prefix is None  # 20 < min_prefix_for_hot: read on the plain path
+    assert a.prefix.prefix_len == 40 and b.prefix.prefix_len == 40
+    for x in (a, b, head):
+        st.abort(x)
     drain(st)
     assert st.available() == 2000
 
@@ -229,7 +258,7 @@ def test_explicit_prefix_cached_in_cold_is_promoted_on_first_sight():
     drain(st)
 
 
-def test_retired_slots_freed_immediately_without_readers():
+def test_promotion_without_live_readers_frees_cold_copy():
     st = gk(num_slots=2001, min_prefix_for_hot=32, max_context=200)
     P = seq(7000, 40)
     a = st.admit(P + [1])

@@ -1,0 +1,191 @@
+"""`granikv` storage: a HotPool of contiguous slabs over `[1, 1+N_hot)` and a token-level ColdPool
+over the rest; explicit or promoted shared prefixes go to slabs. With `cold_page_size` > 1 (the
+Table 18 ablation) COLD is a PagedPool over its region instead: no lending, no promotion, and only
+HOT prefixes are cached."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from granikv.memory.admission import AdmissionConfig, HotAdmission, PromotionPlan, hot_run
+from granikv.memory.cold import ColdPool
+from granikv.memory.hot import HotPool, Slab
+from granikv.memory.paged import PagedPool
+from granikv.memory.radix import COLD, HOT, RadixCache, Segment
+from granikv.memory.storage import Admission, PrefixInfo, Storage
+from granikv.memory.storage_audit import audit_granikv
+
+# One-segment layout of any inserted length (RadixCache.insert clips segments to the tokens).
+_ALL_COLD = [Segment(0, 1 << 62, COLD)]
+
+
+class GraniKVStorage(Storage):
+    """HOT slabs for shared prefixes + token-level COLD for everything else."""
+
+    system = "granikv"
+
+    def __init__(self, num_slots: int, hot_fraction: float = 0.2, max_running: int = 256,
+                 max_context: int = 32768, admission: AdmissionConfig | None = None, check: bool = False,
+                 cold_page_size: int = 1):
+        n_hot = int(hot_fraction * (num_slots - 1))
+        self.hot = HotPool(1, n_hot)
+        # cold_page_size > 1 is the COLD page-size ablation (paper Table 18): COLD hands out
+        # P-slot pages, borrows nothing from HOT, and only HOT prefixes are cached (a page may
+        # hold tokens of a cached node and of a request, which token-level eviction cannot split).
+        self.cold_page_size = cold_page_size
+        if cold_page_size == 1:
+            pool = ColdPool(1 + n_hot, num_slots, lender=self.hot, check=check)
+        else:
+            pool = PagedPool(1 + n_hot, num_slots, cold_page_size, check=check)
+        radix = RadixCache(free=self._release, hot=self.hot, page_size=1)
+        super().__init__(num_slots, max_running, max_context, cold_page_size, pool, radix)
+        self._evict_frees_tokens = cold_page_size == 1  # else the tree holds HOT slabs only
+        self.policy = HotAdmission(admission or AdmissionConfig(), radix, self.hot, self._evict_slab)
+        self._new_plans: list[PromotionPlan] = []
+
+    def _hot(self) -> HotPool:
+        return self.hot
+
+    def _evict_slab(self, slab: Slab) -> None:
+        freed = self.radix.evict_slab(slab)
+        self.counters.evictions += 1
+        self.counters.evicted_slots += freed
+
+    def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
+        L = len(tokens)
+        m = self.radix.match_prefix(tokens[: L - 1])
+        run, run_slab = hot_run(self.radix, m)
+        Lp = None if shared_prefix_len is None else min(int(shared_prefix_len), L - 1)
+        if Lp is not None and Lp < 1:
+            Lp = None
+        if Lp is not None and run < Lp and m.length < Lp:
+            # The named prefix is not cached whole: give it a fresh slab (recomputing any partly
+            # cached head, so the prefix is one contiguous range), or fall back to COLD (B.10).
+            self.radix.lock(m.node)  # evicting cached slabs must not take the match we may fall back on
+            slab = self.policy.alloc_slab(Lp)
+            self.radix.unlock(m.node)
+            if slab is not None:
+                slab_slots = np.arange(slab.base, slab.end, dtype=np.int32)
+                adm = self._place(tokens, self.radix.root, [slab_slots], Lp,
+                                  PrefixInfo(slab.base, Lp, slab.id), slab)
+                if adm is None:
+                    self.hot.release(slab)
+                    return None
+                self.counters.hot_admits += 1
+                return adm
+            self.counters.hot_fallbacks += 1
+        # A HOT run counts as this request's prefix when it covers the named prefix, or (no name)
+        # when it is long enough to be worth a prefix pass; a few tokens shared by accident (a BOS)
+        # are read through the slot table like any other cached token.
+        worth = Lp if Lp is not None else self.policy.cfg.min_prefix_for_hot
+        prefix = PrefixInfo(int(m.parts[0][0]), run, run_slab.id) if run > 0 and run >= worth else None
+        adm = self._place(tokens, m.node, m.parts, m.length, prefix, None)
+        if adm is None:
+            return None
+        if prefix is not None:
+            self.counters.hot_hits += 1
+        elif Lp is None or m.length >= Lp:
+            plan = self.policy.consider(m, Lp if Lp is not None and m.length >= Lp else None)
+            if plan is not None:
+                self.counters.promotions_planned += 1
+                self._new_plans.append(plan)
+        return adm
+
+    def _cacheable(self, adm: Admission, n: int) -> int:
+        if self.cold_page_size == 1:
+            return n
+        # ablation mode: only a prefix this request placed in its own slab gets cached
+        return min(n, adm.prefix.prefix_len) if adm.slab is not None and adm.prefix is not None else 0
+
+    def _segments(self, adm: Admission, n: int) -> list[Segment]:
+        if adm.slab is not None and adm.prefix is not None:
+            lp = adm.prefix.prefix_len
+            return [Segment(0, min(lp, n), HOT, adm.slab, 0), Segment(min(lp, n), n, COLD)]
+        return _ALL_COLD  # insert clips segments to the inserted length
+
+    # ---- promotions ----------------------------------------------------------------------------
+    def take_promotions(self) -> list[PromotionPlan]:
+        """Plans made since the last call; the engine copies src -> dst in every layer, then
+        calls `commit_promotion` (or `cancel_promotion`)."""
+        out, self._new_plans = self._new_plans, []
+        return out
+
+    def commit_promotion(self, plan: PromotionPlan) -> list[tuple[int, int]]:
+        """The copy into the slab is done (queued on the device): re-point the radix path, every
+        live reader of it, and free the COLD copy now.
+
+        A live row reads a promoted node when its table holds the node's COLD slots there (rows
+        that matched the path hold them; a row's private copies never equal a node's slots).
+        Each reader's leading run of promoted positions [0, n) is rewritten to `base + arange(n)`
+        in the host table, and its prefix becomes the slab run when it is worth a prefix pass
+        (`min_prefix_for_hot`), exactly as for a request admitted after the commit. K/V in the
+        slab are bit-identical copies, so nothing a request computes changes.
+
+        Returns (row, n) per re-pointed row: the caller mirrors the rewrite on the device slot
+        table, stream-ordered after the copy (`Engine._run_promotions`). Freeing the COLD copy
+        at once is safe on one device stream: a step already queued still reads the old slots,
+        but any kernel that writes a reallocated slot is queued after it.
+        """
+        old = self.policy.commit(plan)
+        base, slab = plan.slab.base, plan.slab
+        rows = np.fromiter(self.live.keys(), dtype=np.int64, count=len(self.live))
+        runs = np.zeros(rows.size, dtype=np.int64)
+        if rows.size:
+            lens = self.seq_lens[rows]
+            reading = np.ones(rows.size, dtype=bool)  # rows that read every node so far
+            for pos, slots in old:  # path order: pos = sum of the previous nodes' lengths
+                n = len(slots)
+                idx = np.flatnonzero(reading & (lens >= pos + n))
+                hit = idx[self.table[rows[idx], pos] == slots[0]]
+                if hit.size:
+                    whole = (self.table[rows[hit], pos : pos + n] == slots).all(axis=1)
+                    if not whole.all():
+                        raise RuntimeError("a row reads part of a radix node (storage invariant broken)")
+                runs[hit] += n
+                reading[:] = False
+                reading[hit] = True
+        self.pool.free(np.concatenate([slots for _, slots in old]))
+        out = []
+        worth = self.policy.cfg.min_prefix_for_hot
+        for r, n in zip(rows[runs > 0].tolist(), runs[runs > 0].tolist(), strict=True):
+            self.table[r, :n] = np.arange(base, base + n, dtype=np.int32)
+            self._row_prefix[r] = None  # its prefix positions no longer hold the node arrays
+            adm = self.live[r]
+            if n >= worth:
+                adm.prefix = PrefixInfo(base, n, slab.id)
+            out.append((r, n))
+        self.counters.promoted_readers += len(out)
+        return out
+
+    def cancel_promotion(self, plan: PromotionPlan) -> None:
+        self.policy.cancel(plan)
+
+    # ---- introspection -------------------------------------------------------------------------
+    def stats(self) -> dict:
+        s = super().stats()
+        s.update(
+            hot_slots=self.hot.size, hot_free=self.hot.num_free, hot_slab_slots=self.hot.slab_slots,
+            hot_largest_free=self.hot.largest_free, slabs=len(self.hot.slabs),
+            cached_slabs=self.hot.num_cached, lent_slots=self.hot.num_lent,
+            cold_slots=self.pool.capacity, cold_free=self.pool.num_free,
+            promotions_pending=len(self.policy.pending),
+            promotions_committed=self.policy.promotions_committed,
+            promotions_failed=self.policy.promotions_failed,
+        )
+        return s
+
+    def _usable_mask(self) -> np.ndarray:
+        m = np.zeros(self.num_slots, dtype=bool)
+        m[1 : self.hot.end] = True
+        if self.cold_page_size == 1:
+            m[self.hot.end :] = True
+        else:
+            m[self.pool.first_page * self.P : self.pool.end_page * self.P] = True
+        return m
+
+    def _free_slots(self) -> np.ndarray:
+        hot_free = [np.arange(s, e) for s, e in self.hot.free_ranges()]
+        return np.concatenate([self.pool.free_slots(), *hot_free]).astype(np.int64)
+
+    def _audit_extra(self, own, expected_locks) -> None:
+        audit_granikv(self, own, expected_locks)
