@@ -12,8 +12,7 @@ wrapped on the instance; the library is unchanged) and reports:
   counting slots lent to COLD; `cached_slabs_kept`: only evicting cached slabs could make room,
   and the policy kept them);
 - named-prefix tokens: computed in COLD after a fallback, COLD-cached heads recomputed into a
-  new slab, served from a slab;
-- promoted prefixes held twice (a retired COLD copy still read by its requests): peak and mean.
+  new slab, served from a slab.
 """
 
 from __future__ import annotations
@@ -36,8 +35,6 @@ class Ledger:
     slab_alloc_evicted: Counter = field(default_factory=Counter)  # (site, ok|fail) -> slots evicted
     slab_failures: Counter = field(default_factory=Counter)  # (site, reason) -> count
     named: Counter = field(default_factory=Counter)  # named-prefix token accounting
-    retired_peak: int = 0
-    retired_sum: int = 0
     lent_sum: int = 0
     steps: int = 0
 
@@ -49,7 +46,6 @@ class Ledger:
             "slab_alloc_evicted_slots": {f"{s}/{o}": v for (s, o), v in sorted(self.slab_alloc_evicted.items())},
             "slab_alloc_failures": {f"{s}/{r}": v for (s, r), v in sorted(self.slab_failures.items())},
             "named_prefix_tokens": dict(self.named),
-            "retired_cold_copies": {"peak_slots": self.retired_peak, "mean_slots": round(self.retired_sum / n, 1)},
             "mean_lent_slots": round(self.lent_sum / n, 1),
         }
 
@@ -149,9 +145,6 @@ class Instrument:
         def step():
             out = orig()
             led = self.ledger
-            held = 0  # a promotion frees its COLD copy at commit (GraniKVStorage.commit_promotion)
-            led.retired_peak = max(led.retired_peak, held)
-            led.retired_sum += held
             led.lent_sum += self.st.hot.num_lent
             led.steps += 1
             return out
