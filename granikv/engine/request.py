@@ -53,6 +53,9 @@ class SamplingParams:
             raise ValueError("temperature must be a finite number >= 0")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):  # NaN fails too
             raise ValueError("top_p must be in (0, 1]")
+        if self.seed is not None and not (isinstance(self.seed, int) and not isinstance(self.seed, bool)
+                                          and -(2**63) <= self.seed < 2**64):  # what torch.Generator takes
+            raise ValueError("seed must be None or an integer in [-2**63, 2**64)")
         if self.logprobs is not None and not (
                 isinstance(self.logprobs, int) and not isinstance(self.logprobs, bool)
                 and 0 <= self.logprobs <= MAX_LOGPROBS):

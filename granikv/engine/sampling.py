@@ -89,13 +89,13 @@ class DeviceSample:
 def draw_uniforms(params: list[SamplingParams], generators: list[torch.Generator | None],
                   default: torch.Generator) -> list[float]:
     """One uniform in [0, 1) per row with temperature > 0, in row order: from the row's own
-    generator when it has one, else from `default` (one draw per row, so the default
-    generator's state depends only on how many unseeded rows sampled, the same on every rank)."""
-    out = []
-    for p, g in zip(params, generators):
-        if p.temperature > 0:
-            out.append(float(torch.rand(1, generator=g if g is not None else default)))
-    return out
+    generator when it has one, else from `default`, in one call for all unseeded rows: the
+    default generator's state then depends only on how many unseeded rows sampled, the same on
+    every TP rank."""
+    rows = [i for i, p in enumerate(params) if p.temperature > 0]
+    shared = iter(torch.rand(sum(generators[i] is None for i in rows), generator=default).tolist())
+    return [next(shared) if generators[i] is None else float(torch.rand(1, generator=generators[i]))
+            for i in rows]
 
 
 def filter_probs(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tensor | None

@@ -57,6 +57,12 @@ def test_logprobs_outside_0_20_is_refused(logprobs):
         SamplingParams(logprobs=logprobs)
 
 
+@pytest.mark.parametrize("seed", [2**64, -(2**63) - 1, 1.5, True])
+def test_a_seed_torch_cannot_take_is_refused(seed):
+    with pytest.raises(ValueError, match="seed"):
+        SamplingParams(seed=seed)
+
+
 def test_only_temperature_zero_without_logprobs_is_plain():
     assert SamplingParams().plain and SamplingParams(top_k=3, top_p=0.5, seed=1).plain
     assert not SamplingParams(logprobs=0).plain and not SamplingParams(temperature=0.5).plain
