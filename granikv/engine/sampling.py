@@ -25,6 +25,10 @@ import torch
 from granikv.engine.request import SamplingParams
 
 _TINY = torch.finfo(torch.float32).tiny
+# rows sampled per pass: the sort and its float32/int64 temporaries take ~10 copies of
+# rows x vocab x 4 bytes, ~1.5 GB for 256 rows of a 152K vocabulary, which the KV sizing's
+# reserve (builder.py) should not have to hold; 64 rows keep it under ~0.4 GB
+ROW_CHUNK = 64
 
 
 @dataclass(frozen=True)
@@ -130,8 +134,15 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.minimum(idx, last)
 
 
+def filtered(p: SamplingParams, vocab: int) -> bool:
+    """Whether top-k or top-p limits the row (its draw then walks the sorted vocabulary)."""
+    return 0 < p.top_k < vocab or p.top_p < 1.0
+
+
 def sample_rows(logits: torch.Tensor, params: list[SamplingParams], u: list[float]) -> torch.Tensor:
-    """Tokens [m] for rows that all have temperature > 0 (`u`: one uniform each)."""
+    """Tokens [m] for rows that all have temperature > 0 (`u`: one uniform each) and are all
+    `filtered` or all not (the inverse CDF walks the sorted vocabulary or the vocabulary's own
+    order: a row's token must not depend on which other rows share its pass)."""
     dev = logits.device
     m, vocab = logits.shape
     temps = torch.tensor([max(p.temperature, _TINY) for p in params], dtype=torch.float32)
@@ -141,10 +152,12 @@ def sample_rows(logits: torch.Tensor, params: list[SamplingParams], u: list[floa
     # divisor stays a normal float32 (1e-300 would round to 0, and 0/0 is NaN)
     x = (x - x.amax(dim=-1, keepdim=True)) / temps.to(dev)[:, None]
     top_k = top_p = None
+    # a row without a filter gets a bound that masks nothing (top-p 2: a float32 cumulative sum
+    # may round past 1), so its draw is the same whatever filters the other rows of the pass use
     if any(0 < p.top_k < vocab for p in params):
         top_k = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=dev)
     if any(p.top_p < 1.0 for p in params):
-        top_p = torch.tensor([p.top_p for p in params], dtype=torch.float32, device=dev)
+        top_p = torch.tensor([p.top_p if p.top_p < 1.0 else 2.0 for p in params], dtype=torch.float32, device=dev)
     probs, order = filter_probs(x, top_k, top_p)
     idx = inverse_cdf(probs, torch.tensor(u, dtype=torch.float32, device=dev))
     return idx if order is None else order.gather(1, idx[:, None]).squeeze(1)
@@ -162,11 +175,15 @@ def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[
     tokens = logits.argmax(dim=-1) if greedy is None else greedy[:n]
     rows = [i for i, p in enumerate(params) if p.temperature > 0]
     if rows:
-        u = draw_uniforms(params, generators, default)
-        idx = torch.tensor(rows, device=logits.device)
-        drawn = sample_rows(logits[idx], [params[i] for i in rows], u)
+        u = dict(zip(rows, draw_uniforms(params, generators, default)))
         tokens = tokens.clone()
-        tokens[idx] = drawn
+        vocab = logits.shape[-1]
+        sorted_rows = [i for i in rows if filtered(params[i], vocab)]
+        for group in (sorted_rows, [i for i in rows if not filtered(params[i], vocab)]):
+            for a in range(0, len(group), ROW_CHUNK):
+                part = group[a:a + ROW_CHUNK]
+                idx = torch.tensor(part, device=logits.device)
+                tokens[idx] = sample_rows(logits[idx], [params[i] for i in part], [u[i] for i in part])
     lp_rows = [i for i, p in enumerate(params) if p.logprobs is not None]
     out = DeviceSample(tokens, lp_rows, [params[i].logprobs for i in lp_rows])
     if lp_rows:

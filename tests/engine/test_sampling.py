@@ -140,6 +140,21 @@ def test_seeded_rows_draw_from_their_own_generator_whatever_else_is_in_the_batch
     assert run(7) != run(9)
 
 
+def test_a_batch_past_one_row_chunk_draws_each_row_as_alone():
+    """Rows are sampled ROW_CHUNK at a time (bounded temporaries): each row, with its own seed and
+    its own parameters, gets the token it gets alone."""
+    from granikv.engine.sampling import ROW_CHUNK
+
+    n = 2 * ROW_CHUNK + 7
+    logits = torch.randn(n, 300, generator=torch.Generator().manual_seed(10)) * 3
+    params = [SamplingParams(temperature=0.5 + (i % 5) / 4, top_k=(i % 3) * 10, top_p=1.0 - (i % 4) / 8, seed=i)
+              for i in range(n)]
+    g = torch.Generator().manual_seed(0)
+    batch = tokens(logits, params, g, [torch.Generator().manual_seed(i) for i in range(n)])
+    alone = [tokens(logits[i:i + 1], [params[i]], g, [torch.Generator().manual_seed(i)])[0] for i in range(n)]
+    assert batch == alone
+
+
 def test_logprobs_are_the_raw_log_softmax_of_the_chosen_and_top_tokens():
     g = torch.Generator().manual_seed(6)
     logits = torch.randn(4, 300, generator=g) * 3
