@@ -107,7 +107,7 @@ def filter_probs(x: torch.Tensor, top_k: torch.Tensor | None, top_p: torch.Tenso
     """x: [m, V] float32 logits already divided by the temperature. Returns the sampling
     distribution as probabilities [m, V] and, when top-k or top-p applies, the vocabulary order
     (ids [m, V], most likely first) the probabilities are in. `top_k` [m] (V = off) masks every
-    token past rank k; `top_p` [m] (1 = off) then keeps the smallest prefix of the renormalised
+    token past rank k; `top_p` [m] (>= 1: off) then keeps the smallest prefix of the renormalised
     top-k distribution whose mass reaches p (a token is kept when the mass before it is < p, so
     the most likely one always is)."""
     if top_k is None and top_p is None:
