@@ -17,6 +17,7 @@ import torch
 from granikv.config import EngineConfig
 from granikv.engine.request import PENDING, Request, SamplingParams, Status
 from granikv.engine.runner import Launched
+from granikv.engine.sampling import TokenLogprobs
 from granikv.engine.scheduler import Scheduler
 from granikv.engine.steplog import StepLog
 from granikv.trace import span
@@ -27,6 +28,9 @@ class StepOutput:
     req: Request
     token: int
     finished: bool
+    # when the request asked for logprobs: the token's raw logprob and the top alternatives
+    # (granikv/engine/sampling.py, TokenLogprobs)
+    logprobs: TokenLogprobs | None = None
 
 
 def resolve_device(cfg: EngineConfig) -> torch.device:
@@ -156,6 +160,9 @@ class Engine:
         return outs
 
     def _can_overlap(self) -> bool:
+        """Greedy steps only (logprobs or not: their tokens are on the device in `tok_buf`
+        before the step is read back). A sampled step runs synchronously, so each of its
+        requests draws from its generator exactly once per token it keeps."""
         if not self.config.overlap_schedule or self.scheduler.waiting:
             return False
         return all(r.params.temperature == 0 for r in self.inflight.reqs) and all(
@@ -172,33 +179,35 @@ class Engine:
 
     def _complete(self, la) -> list[StepOutput]:
         with span("sample"):
-            tokens = self.runner.complete(la)
+            res = self.runner.complete(la)
         now = time.monotonic()
         outs: list[StepOutput] = []
-        for req, gen, tok in zip(la.reqs, la.gens, tokens):
+        lps = res.logprobs
+        for i, (req, gen, tok) in enumerate(zip(la.reqs, la.gens, res.tokens)):
             if req.status != Status.RUNNING or req.gen != gen:
                 continue  # finished, aborted or retracted while this step was in flight
             idx = len(req.output_ids) - req.pending
             req.output_ids[idx] = int(tok)
             req.pending -= 1
             self.scheduler.commit_decode(req)
-            outs.append(self._emit(req, int(tok), now, idx))
+            outs.append(self._emit(req, int(tok), now, idx, None if lps is None else lps[i]))
         return outs
 
     def _run_extend(self, step) -> list[StepOutput]:
-        tokens = self.runner.run(step)
+        res = self.runner.run(step)
         for it in step.prefill:
             self.scheduler.commit_prefill(it)
         now = time.monotonic()
         outs = []
-        for req, tok in zip([it.req for it in step.prefill if it.last_chunk], tokens):
+        lps = res.logprobs
+        for i, (req, tok) in enumerate(zip([it.req for it in step.prefill if it.last_chunk], res.tokens)):
             req.output_ids.append(int(tok))
-            outs.append(self._emit(req, int(tok), now, len(req.output_ids) - 1))
+            outs.append(self._emit(req, int(tok), now, len(req.output_ids) - 1, None if lps is None else lps[i]))
         self._run_promotions()
         self.steps["extend"] += 1
         return outs
 
-    def _emit(self, req: Request, tok: int, now: float, idx: int) -> StepOutput:
+    def _emit(self, req: Request, tok: int, now: float, idx: int, lp: TokenLogprobs | None = None) -> StepOutput:
         if req.first_token_time is None:
             req.first_token_time = now
         done = req.check_finished(self.eos_ids, idx)
@@ -207,7 +216,7 @@ class Engine:
             self.scheduler.finish(req)
             req.finish_time = now
             self.requests.pop(req.rid, None)
-        return StepOutput(req, tok, done)
+        return StepOutput(req, tok, done, lp)
 
     def _run_promotions(self) -> None:
         """Copy COLD prefixes the admission policy chose for HOT into their slabs (one copy of

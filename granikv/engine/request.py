@@ -24,8 +24,19 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
+MAX_LOGPROBS = 20  # the most alternatives a request may ask for (OpenAI's top_logprobs limit)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
+    """What one request asks of the sampler (granikv/engine/sampling.py).
+
+    temperature 0 is greedy (top_k, top_p and seed then change nothing); top_k <= 0 and
+    top_p = 1 are off. `seed` gives the request its own generator, so its tokens do not depend on
+    the rest of the batch. `logprobs`: None for none, 0 for the sampled token's, k for it and the
+    k most likely tokens (raw logprobs of the model's distribution). A request stops on an EOS id
+    unless `ignore_eos`, and on any of `stop_token_ids` always (as vLLM)."""
+
     max_new_tokens: int = 128
     temperature: float = 0.0  # 0 = greedy
     top_k: int = -1
@@ -40,6 +51,21 @@ class SamplingParams:
             raise ValueError("max_new_tokens must be >= 1")
         if not math.isfinite(self.temperature) or self.temperature < 0:
             raise ValueError("temperature must be a finite number >= 0")
+        if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):  # NaN fails too
+            raise ValueError("top_p must be in (0, 1]")
+        if self.seed is not None and not (isinstance(self.seed, int) and not isinstance(self.seed, bool)
+                                          and -(2**63) <= self.seed < 2**64):  # what torch.Generator takes
+            raise ValueError("seed must be None or an integer in [-2**63, 2**64)")
+        if self.logprobs is not None and not (
+                isinstance(self.logprobs, int) and not isinstance(self.logprobs, bool)
+                and 0 <= self.logprobs <= MAX_LOGPROBS):
+            raise ValueError(f"logprobs must be None or an integer in [0, {MAX_LOGPROBS}]")
+
+    @property
+    def plain(self) -> bool:
+        """Greedy without logprobs: the decode step's on-device argmax is all it needs, so a
+        step of only such requests runs no sampling code at all (runner.py)."""
+        return self.temperature == 0 and self.logprobs is None
 
 
 @dataclass(eq=False)
@@ -72,6 +98,9 @@ class Request:
     # request that grows with Lp (harness.diagnostics.admission)
     prompt_arr: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
     prefix_key: tuple[int, bytes] | None = field(default=None, repr=False)  # the scheduler's, cached
+    # the request's own torch.Generator when its params have a seed (made at its first sampled
+    # token, kept across retractions: the draws continue where they stopped)
+    generator: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.prompt_arr is None:
@@ -127,7 +156,7 @@ class Request:
         if idx + 1 >= self.params.max_new_tokens:
             self.finish_reason = "length"
             return True
-        if not self.params.ignore_eos and (last in eos_ids or last in self.params.stop_token_ids):
+        if (not self.params.ignore_eos and last in eos_ids) or last in self.params.stop_token_ids:
             self.finish_reason = "stop"
             return True
         return False

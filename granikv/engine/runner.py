@@ -6,8 +6,11 @@ backend of the configured system, and `tok_buf[row]`: each running request's new
 the device. Decode steps read their input tokens from `tok_buf` and greedy decode writes the
 sampled tokens back into it on the device, so the host never has to know a step's tokens
 before launching the next step (this is what lets the engine overlap scheduling of step N+1
-with the GPU work of step N). The scheduler stays host-only; everything the kernels read is
-built here.
+with the GPU work of step N). A decode step whose requests are all greedy without logprobs
+(`SamplingParams.plain`) reads back only those tokens; any other step also runs the sampler
+(granikv/engine/sampling.py) on the device right after the forward, writes its tokens into
+`tok_buf` and reads back tokens and logprobs together. The scheduler stays host-only;
+everything the kernels read is built here.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import torch
 from granikv.attention.batch import ReqView, StepBatch
 from granikv.attention.plan import materialize
 from granikv.engine.request import Request
-from granikv.engine.sampling import sample
+from granikv.engine.sampling import DeviceSample, Sampled, sample
 from granikv.engine.scheduler import Step
 from granikv.trace import span
 
@@ -45,9 +48,9 @@ class Launched:
     """A decode step whose GPU work is queued; `complete` turns it into tokens."""
 
     reqs: list[Request]
-    tokens: torch.Tensor | None  # greedy: sampled ids (pinned host copy in flight)
+    tokens: torch.Tensor | None  # all plain greedy: the argmax ids (pinned host copy in flight)
     event: torch.cuda.Event | None
-    logits: torch.Tensor | None  # non-greedy: sampled on the host at completion
+    sampled: DeviceSample | None  # otherwise: tokens and logprobs (host copies in flight)
     gens: list[int] = field(default_factory=list)  # each request's admission generation at launch
 
 
@@ -89,7 +92,7 @@ class ModelRunner:
     def _i32(self, x) -> torch.Tensor:
         return torch.tensor(x, dtype=torch.int32, device=self.device)
 
-    def run(self, step: Step) -> list[int]:
+    def run(self, step: Step) -> Sampled:
         """Run one step synchronously; one sampled token per request that samples this step.
         An extend step that fits an ExtendGraphs bucket replays its graph; others run eagerly."""
         if step.mode == "decode":
@@ -110,17 +113,18 @@ class ModelRunner:
                                             torch.tensor(h.pos, dtype=torch.long, device=self.device),
                                             self.backend, logits_index=self._i32(h.logit_rows).long())
         if not h.sample_reqs:
-            return []
+            return Sampled([])
         with span("sample"):
-            tokens = sample(logits, [r.params for r in h.sample_reqs], self.generator)
-        self._set_tokens(h.sample_reqs, tokens)
-        return tokens
+            out = sample(logits, [r.params for r in h.sample_reqs], self._generators(h.sample_reqs),
+                         self.generator).to_host(pinned=False).result()
+        self._set_tokens(h.sample_reqs, out.tokens)
+        return out
 
     def launch_decode(self, step: Step) -> Launched:
         """Queue a decode step on the device. Input tokens come from `tok_buf`; positions and
         lengths from the host (`seq_len` counts tokens still being sampled by an earlier step)."""
         reqs = step.decode
-        greedy = all(r.params.temperature == 0 for r in reqs)
+        plain = all(r.params.plain for r in reqs)
         lens = [r.seq_len for r in reqs]
         rows = [r.row for r in reqs]
         views = [ReqView(r.row, n, n - 1, r.prefix_slab, r.slots, r.rid) for r, n in zip(reqs, lens)]
@@ -133,7 +137,7 @@ class ModelRunner:
             if self.graphs.supports(len(reqs), plan):
                 with span("forward"):
                     logits, nxt = self.graphs.run([n - 1 for n in lens], step.decode_slots, rows, lens, plan)
-                return self._launched(reqs, logits, nxt, greedy)
+                return self._launched(reqs, logits, nxt, plain, rows)
         rows_t = self._i32(rows)
         pos_t = torch.tensor([n - 1 for n in lens], dtype=torch.long, device=self.device)
         out_slots = torch.tensor(step.decode_slots, dtype=torch.long, device=self.device)
@@ -152,13 +156,12 @@ class ModelRunner:
         with span("forward"):
             logits = self.model.forward(ids, pos_t, self.backend)
         nxt = logits.argmax(dim=-1)
-        if greedy:
-            self.tok_buf[rows_t.long()] = nxt
-        return self._launched(reqs, logits, nxt, greedy)
+        self.tok_buf[rows_t.long()] = nxt
+        return self._launched(reqs, logits, nxt, plain, rows)
 
-    def _launched(self, reqs, logits, nxt, greedy: bool) -> Launched:
-        if not greedy:
-            return Launched(reqs, None, None, logits)
+    def _launched(self, reqs, logits, nxt, plain: bool, rows: list[int]) -> Launched:
+        if not plain:
+            return self._launch_sampling(reqs, logits, nxt, rows)
         n = len(reqs)
         if self._pinned:
             host = torch.empty(n, dtype=torch.long, pin_memory=True)
@@ -168,16 +171,42 @@ class ModelRunner:
             return Launched(reqs, host, ev, None)
         return Launched(reqs, nxt[:n].clone(), None, None)
 
-    def complete(self, la: Launched) -> list[int]:
-        """Wait for a launched decode step; its sampled tokens, in `la.reqs` order."""
+    def _launch_sampling(self, reqs, logits, nxt, rows: list[int]) -> Launched:
+        """Queue the sampler after the forward (stream-ordered, so a graph's static logits are
+        read before any later replay overwrites them: the engine may overlap greedy steps that
+        ask for logprobs). Sampled tokens go into `tok_buf` on the device, as the argmax does."""
+        n = len(reqs)
+        params = [r.params for r in reqs]
+        ds = sample(logits[:n], params, self._generators(reqs), self.generator, greedy=nxt[:n])
+        if any(p.temperature > 0 for p in params):
+            self.tok_buf[torch.tensor(rows, dtype=torch.long, device=self.device)] = ds.tokens
+        host = ds.to_host(self._pinned)
+        ev = None
+        if self._pinned:
+            ev = torch.cuda.Event()
+            ev.record()
+        return Launched(reqs, None, ev, host)
+
+    def _generators(self, reqs: list[Request]) -> list[torch.Generator | None]:
+        """Each sampling request's own generator (seeded requests; made at first use and kept on
+        the request), None for the others (they draw from the config-seeded `self.generator`)."""
+        out: list[torch.Generator | None] = []
+        for r in reqs:
+            if r.params.seed is None or r.params.temperature == 0:
+                out.append(None)
+                continue
+            if r.generator is None:
+                r.generator = torch.Generator(device="cpu").manual_seed(r.params.seed)
+            out.append(r.generator)
+        return out
+
+    def complete(self, la: Launched) -> Sampled:
+        """Wait for a launched decode step; its tokens (and logprobs), in `la.reqs` order."""
+        if la.event is not None:
+            la.event.synchronize()
         if la.tokens is not None:
-            if la.event is not None:
-                la.event.synchronize()
-            return la.tokens.tolist()
-        n = len(la.reqs)
-        tokens = sample(la.logits[:n], [r.params for r in la.reqs], self.generator)
-        self._set_tokens(la.reqs, tokens)
-        return tokens
+            return Sampled(la.tokens.tolist())
+        return la.sampled.result()
 
     def _extend_lists(self, step: Step) -> _ExtendLists:
         """The host side of an extend step: flat tokens, positions, slots, per-request rows,

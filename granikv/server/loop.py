@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # the server process never imports torch: the engine process 
 
 @dataclass
 class Event:
+    """One generated token of a request (or its end / error). `logprob` and `top_logprobs`
+    are set when the request's SamplingParams asked for logprobs: the token's raw logprob
+    (log_softmax of the model's unmodified float32 logits) and the `logprobs` most likely
+    tokens as (token id, logprob), most likely first (empty when logprobs=0)."""
+
     token: int | None
     finished: bool
     finish_reason: str | None = None
@@ -40,7 +45,8 @@ def engine_info(engine) -> dict:
     return {"vocab_size": engine.spec.vocab_size, "max_context": engine.config.max_context,
             "max_position_embeddings": getattr(engine.spec, "max_position_embeddings", None),
             "model": engine.spec.name, "device_type": getattr(dev, "type", str(dev)),
-            "kernel_impl": getattr(engine.config, "kernel_impl", None)}
+            "kernel_impl": getattr(engine.config, "kernel_impl", None),
+            "logprobs": True}  # SamplingParams.logprobs is served (Event.logprob / top_logprobs)
 
 
 def profile_window(engine, step, steps: int) -> dict:
@@ -182,10 +188,16 @@ class EngineLoop:
         return True
 
     def _emit_step(self, outs) -> None:
-        fan_out(self.streams, ((o.req.rid, Event(o.token, o.finished, o.req.finish_reason if o.finished else None,
-                                                 prompt_tokens=len(o.req.input_ids),
-                                                 completion_tokens=len(o.req.output_ids),
-                                                 cached_tokens=o.req.cached_tokens)) for o in outs))
+        fan_out(self.streams, ((o.req.rid, step_event(o)) for o in outs))
+
+
+def step_event(o) -> Event:
+    """The Event of one engine StepOutput."""
+    lp = o.logprobs
+    return Event(o.token, o.finished, o.req.finish_reason if o.finished else None,
+                 prompt_tokens=len(o.req.input_ids), completion_tokens=len(o.req.output_ids),
+                 cached_tokens=o.req.cached_tokens, logprob=None if lp is None else lp.logprob,
+                 top_logprobs=None if lp is None else lp.top)
 
 
 def fan_out(streams: dict, events) -> None:

@@ -12,7 +12,8 @@ Protocol (two one-way pipes, so no connection end is used by two threads):
   ("call", call_id, name, arg) for flush / stats / profile, ("stop",);
 - messages, child -> parent: ("ready", info) or ("error", text) once at start, then
   ("out", items) once per step (items: (rid, token, finished, finish_reason, prompt_tokens,
-  completion_tokens, cached_tokens, error)), ("reply", call_id, ok, value), ("fatal", text).
+  completion_tokens, cached_tokens, error), plus (logprob, top_logprobs) at the end of the
+  items of requests that asked for logprobs), ("reply", call_id, ok, value), ("fatal", text).
 The child exits when told to stop or when its command pipe closes (the server died).
 """
 
@@ -97,12 +98,25 @@ class LoopClock:
 
 
 def _items(outs) -> list[tuple]:
+    """One step's outputs as plain tuples (cheap to pickle at 256 per step); the logprobs
+    ride along only for the requests that asked, so a plain step's message is unchanged."""
     items = []
     for o in outs:
         r = o.req
-        items.append((r.rid, o.token, o.finished, r.finish_reason if o.finished else None, len(r.input_ids),
-                      len(r.output_ids), r.cached_tokens, None))
+        item = (r.rid, o.token, o.finished, r.finish_reason if o.finished else None, len(r.input_ids),
+                len(r.output_ids), r.cached_tokens, None)
+        if o.logprobs is not None:
+            item += (o.logprobs.logprob, o.logprobs.top)
+        items.append(item)
     return items
+
+
+def _event(item: tuple) -> Event:
+    """The Event of one `_items` tuple."""
+    rid, tok, finished, reason, n_in, n_out, cached, error = item[:8]
+    lp, top = item[8:] if len(item) > 8 else (None, None)
+    return Event(tok, finished, reason, prompt_tokens=n_in, completion_tokens=n_out, cached_tokens=cached,
+                 error=error, logprob=lp, top_logprobs=top)
 
 
 def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
@@ -351,9 +365,7 @@ class EngineProcess:
             self._fail(f"the engine process exited (exit code {self.proc.exitcode})")
 
     def _dispatch(self, items) -> None:
-        fan_out(self.streams, ((rid, Event(tok, finished, reason, prompt_tokens=n_in, completion_tokens=n_out,
-                                           cached_tokens=cached, error=error))
-                               for rid, tok, finished, reason, n_in, n_out, cached, error in items))
+        fan_out(self.streams, ((item[0], _event(item)) for item in items))
 
     def _fail(self, why: str) -> None:
         if self.fatal:

@@ -10,6 +10,10 @@ up (CUDA-graph capture), then times steady decode steps:
   max(bytes / HBM_read_BW, FLOPs / bf16_peak) from the model's shapes (weights + KV bytes the
   system must read: paged reads every request's whole context, granikv/cascade read a shared
   prefix once per class plus each request's own tokens).
+With `--sampled-share F` the first round(F·B) requests of each cell sample with
+`--sampled-params` (default temperature 0.8, top-p 0.9, 5 logprobs; a `seed=S` there gives
+request i the seed S+i) and the rest stay greedy: the cost of a step that runs the sampler
+(granikv/engine/sampling.py) beside the default all-greedy step.
 Optionally (`--http`) the same burst is served in-process and over HTTP (server + streaming
 client in one process tree), each `--http-repeats` times on a warm engine, to compare output
 throughput.
@@ -91,14 +95,35 @@ def busy_and_span_ms(prof) -> tuple[float, float]:
     return union_us(ivs) / 1e3, span / 1e3
 
 
+def parse_sampled(text: str) -> dict:
+    """`--sampled-params` ("temperature=0.8,top_p=0.9,logprobs=5") as SamplingParams keywords."""
+    out: dict = {}
+    for kv in filter(None, text.split(",")):
+        k, v = kv.split("=")
+        out[k.strip()] = float(v) if k.strip() in ("temperature", "top_p") else int(v)
+    return out
+
+
+def cell_params(b: int, max_new: int, share: float, sampled: dict) -> list[SamplingParams]:
+    """Each request's SamplingParams: the first round(share·b) with `sampled` (seed S: S+i)."""
+    n = round(share * b)
+    out = []
+    for i in range(b):
+        kw = dict(sampled) if i < n else {}
+        if "seed" in kw:
+            kw["seed"] += i
+        out.append(SamplingParams(max_new_tokens=max_new, ignore_eos=True, **kw))
+    return out
+
+
 def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps: int, prof_steps: int,
-             bw: float, peak: float) -> dict:
+             bw: float, peak: float, sampled_share: float = 0.0, sampled: dict | None = None) -> dict:
     cfg = base_cfg.replace(system=system, max_running=max(b, 8))
     eng = Engine(cfg, model=model)
     spec = eng.spec
     prompts = make_prompts(b, lp, spec.vocab_size)
-    params = SamplingParams(max_new_tokens=16 + steps + prof_steps + 8, ignore_eos=True)
-    reqs = [eng.add_request(p, params, shared_prefix_len=lp) for p in prompts]
+    params = cell_params(b, 16 + steps + prof_steps + 8, sampled_share, sampled or {})
+    reqs = [eng.add_request(p, sp, shared_prefix_len=lp) for p, sp in zip(prompts, params)]
     sync()
     t0 = time.perf_counter()
     prefill_all(eng)
@@ -126,6 +151,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, bw, peak)
     rec = {
         "system": system, "model": spec.name, "Lp": lp, "B": b, "steps": steps,
+        "sampled_requests": sum(not p.plain for p in params), "sampled_params": sampled or {},
         "step_ms": statistics.median(times), "step_ms_p10": sorted(times)[len(times) // 10],
         "step_ms_p90": sorted(times)[9 * len(times) // 10],
         "gpu_busy_ms_per_step": busy / prof_steps, "window_ms_per_step": span / prof_steps,
@@ -241,6 +267,10 @@ def main(argv=None) -> int:
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prof-steps", type=int, default=10)
+    ap.add_argument("--sampled-share", type=float, default=0.0,
+                    help="share of each cell's requests that sample with --sampled-params (0: all greedy)")
+    ap.add_argument("--sampled-params", default="temperature=0.8,top_p=0.9,logprobs=5",
+                    help="SamplingParams of the sampled requests, k=v,...; seed=S gives request i the seed S+i")
     ap.add_argument("--kv-budget-gb", type=float, default=40.0)
     ap.add_argument("--m-sat", type=int, default=1024)
     ap.add_argument("--hbm-tbps", type=float, default=4.48)
@@ -286,9 +316,11 @@ def main(argv=None) -> int:
     for cell in filter(None, args.cells.split(",")):  # --cells "" runs only the HTTP check
         lp, b = (int(x) for x in cell.split("x"))
         for system in args.systems.split(","):
-            rec = run_cell(model, base, system, lp, b, args.steps, args.prof_steps, bw, peak)
+            rec = run_cell(model, base, system, lp, b, args.steps, args.prof_steps, bw, peak,
+                           args.sampled_share, parse_sampled(args.sampled_params) if args.sampled_share else {})
             records.append(rec)
-            print(f"{system:8s} Lp={lp:6d} B={b:4d} step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
+            print(f"{system:8s} Lp={lp:6d} B={b:4d} sampled {rec['sampled_requests']:3d} "
+                  f"step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
                   f"({rec['step_over_floor']:.2f}x)  gap {rec['host_gap_share'] or 0:.3f}  "
                   f"att {rec['attention']}", flush=True)
     doc = {"env": env_info(), "config": vars(args), "records": records}

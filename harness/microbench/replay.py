@@ -39,6 +39,7 @@ from granikv.engine.builder import Components
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
 from granikv.engine.runner import Launched
+from granikv.engine.sampling import Sampled
 from granikv.engine.scheduler import Step
 from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import load_spec
@@ -106,12 +107,12 @@ class StubRunner:
     def repoint_rows(self, rows, base: int, n: int) -> None:
         pass
 
-    def run(self, step: Step) -> list[int]:
+    def run(self, step: Step) -> Sampled:
         if step.mode == "decode":
             return self.complete(self.launch_decode(step))
         self._c.extend_steps += 1
         self._c.prefill_tokens += sum(it.end - it.start for it in step.prefill)
-        return [self.token] * sum(1 for it in step.prefill if it.last_chunk)
+        return Sampled([self.token] * sum(1 for it in step.prefill if it.last_chunk))
 
     def launch_decode(self, step: Step) -> Launched:
         self._c.decode_steps += 1
@@ -135,8 +136,8 @@ class StubRunner:
             self._c.full_batch_steps += 1
             self._c.full_batch_tiles[tiles] = self._c.full_batch_tiles.get(tiles, 0) + 1
 
-    def complete(self, la: Launched) -> list[int]:
-        return [self.token] * len(la.reqs)
+    def complete(self, la: Launched) -> Sampled:
+        return Sampled([self.token] * len(la.reqs))
 
 
 def stub_engine(cfg: EngineConfig, num_slots: int) -> tuple[Engine, StubCounters]:

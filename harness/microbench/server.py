@@ -50,6 +50,7 @@ class _Out:
     req: _Req
     token: int
     finished: bool
+    logprobs: None = None  # the engine's StepOutput field; the sim never computes logprobs
 
 
 class SimEngine:

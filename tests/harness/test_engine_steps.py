@@ -68,3 +68,14 @@ def test_cpu_dry_run_defaults_to_the_tiny_model(tmp_path):
     doc = json.loads(out.read_text())
     assert doc["config"]["model"] == "tiny"
     assert doc["records"][0]["model"] == "tiny"
+
+
+def test_sampled_share_runs_the_sampler_in_the_cell(tmp_path):
+    """`--sampled-share`: part of the batch samples (top-p, logprobs, per-request seeds), the
+    rest stays greedy; the record says how many sampled and with what."""
+    doc = _run(tmp_path, "--cells", "64x4", "--systems", "granikv", "--steps", "3", "--prof-steps", "1",
+               "--sampled-share", "0.5", "--sampled-params", "temperature=0.8,top_p=0.9,logprobs=5,seed=3")
+    r = doc["records"][0]
+    assert r["sampled_requests"] == 2
+    assert r["sampled_params"] == {"temperature": 0.8, "top_p": 0.9, "logprobs": 5, "seed": 3}
+    assert r["step_ms"] > 0
