@@ -54,6 +54,7 @@ class Choice:
     logprobs: list = field(default_factory=list)  # (token id, logprob, top [(id, logprob)]) per token
     sent_logprobs: int = 0  # entries already streamed
     done: bool = False
+    chunk_head: str | None = None  # the serialized constant part of this choice's stream chunks
 
 
 class OpenAIRoutes:
@@ -257,12 +258,16 @@ class OpenAIRoutes:
             lp = self._logprobs(c, entries, chat, c.text.sent - len(delta))
             c.sent_logprobs = len(c.logprobs)
         if delta:
-            if chat:
-                ch = {"index": c.index, "delta": {"content": delta}, "logprobs": lp, "finish_reason": None}
-            else:
-                ch = {"index": c.index, "text": delta, "logprobs": lp,
-                      "finish_reason": c.finish_reason if c.done else None}
-            await _send(resp, {**head, "choices": [ch]})
+            # one chunk per engine step and request (11K a second at B=256): the chunk's constant
+            # part is serialized once per choice, and only the delta, logprobs and finish reason per
+            # chunk; the bytes are the same JSON as json.dumps of the whole chunk
+            if c.chunk_head is None:
+                c.chunk_head = (f'data: {json.dumps(head)[:-1]}, "choices": [{{"index": {c.index}, '
+                                + ('"delta": {"content": ' if chat else '"text": '))
+            fr = None if chat or not c.done else c.finish_reason
+            await resp.write((f'{c.chunk_head}{json.dumps(delta)}{"}" if chat else ""}, "logprobs": '
+                              f'{"null" if lp is None else json.dumps(lp)}, "finish_reason": '
+                              f'{"null" if fr is None else json.dumps(fr)}}}]}}\n\n').encode())
             self.s.chunks_sent += 1
         if c.done and (chat or not delta):
             ch = {"index": c.index, "finish_reason": c.finish_reason, "logprobs": None}

@@ -16,7 +16,7 @@ from fake_server import DISCONNECT, HTTP_500, NO_DONE, FakeServer, FakeTimings  
 
 from harness import client as cl  # noqa: E402
 from harness.client import ClientConfig, run_benchmark  # noqa: E402
-from harness.workloads import Request  # noqa: E402
+from harness.workloads import WorkloadRequest  # noqa: E402
 
 SLACK = 0.005
 
@@ -29,13 +29,13 @@ def server():
     srv.stop()
 
 
-def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1) -> list[Request]:
-    return [Request(id=f"r{i}", input_ids=[first + i] * (lp + 10), prefix_id="p0" if lp else None,
+def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1) -> list[WorkloadRequest]:
+    return [WorkloadRequest(id=f"r{i}", input_ids=[first + i] * (lp + 10), prefix_id="p0" if lp else None,
                     shared_prefix_len=lp, output_len=out, arrival={"process": "burst", "t_unit": 0.0})
             for i in range(n)]
 
 
-def _run(url: str, reqs: list[Request], **kw) -> cl.BenchmarkResult:
+def _run(url: str, reqs: list[WorkloadRequest], **kw) -> cl.BenchmarkResult:
     kw.setdefault("warmup_requests", 0)
     kw.setdefault("progress", False)
     kw.setdefault("api", "completions")

@@ -112,3 +112,29 @@ def test_concurrent_oai_streams_with_half_the_clients_leaving(cpu_server):
     done, info = _run(go())
     assert all(n is not None and n >= 2 for i, n in enumerate(done) if i % 2 == 0)
     assert info["running"] == 0 and info["waiting"] == 0 and info["storage"]["live_requests"] == 0
+
+
+def test_streamed_openai_chunks_are_plain_json_dumps(cpu_server):
+    """The streamed chunks are written from a per-choice serialized head plus the delta: each data
+    line must be exactly json.dumps of the object it parses to (same keys, order and escaping)."""
+    prompts = {"/completions": {"prompt": "Quo \"vadis\" é\n", "logprobs": 2},
+               "/chat/completions": {"messages": [{"role": "user", "content": "hi \u2603"}], "logprobs": True,
+                                     "top_logprobs": 1}}
+
+    async def go():
+        lines = []
+        async with aiohttp.ClientSession() as s:
+            for path, body in prompts.items():
+                payload = {"model": "tiny", "max_tokens": OUT, "temperature": 0.0, "stream": True, "n": 2, **body}
+                async with s.post(cpu_server.v1 + path, json=payload) as r:
+                    assert r.status == 200, await r.text()
+                    async for raw in r.content:
+                        line = raw.decode().rstrip("\n")
+                        if line.startswith("data: ") and line != "data: [DONE]":
+                            lines.append(line[6:])
+        return lines
+
+    lines = _run(go())
+    assert len(lines) > 2 * OUT
+    for line in lines:
+        assert json.dumps(json.loads(line)) == line
