@@ -167,4 +167,5 @@ def test_the_bundled_servers_two_apis_read_alike():
     for api, res in out.items():
         assert res.metrics["completed"] == 4, (api, res.errors())
         assert res.metrics["total_output_tokens"] == 24
-        assert all(len(r.chunk_times) == 6 for r in res.records), api
+        # a chunk per engine step, or fewer: events that queued while the handler was busy go out as one
+        assert all(0 < len(r.chunk_times) <= 6 for r in res.records), api
