@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import sys
@@ -71,7 +72,8 @@ class ClientConfig:
     ignore_eos: bool = True
     progress: bool = True              # tqdm on stderr, only when stderr is a tty
     api: str = "generate"              # "generate": POST /generate; "completions": POST /v1/completions
-    model: str | None = None           # completions' "model" field (vLLM checks it); None: "default"
+    model: str | None = None           # completions' "model" field (servers check it); None: the
+                                       # first id of the server's GET /v1/models, as bench_serving does
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rate", float(self.rate))
@@ -321,6 +323,15 @@ def _progress(total: int, cfg: ClientConfig):
                 unit="req", dynamic_ncols=True)
 
 
+async def _served_model(session: aiohttp.ClientSession, base: str) -> str:
+    """The first model id the server lists (`GET /v1/models`); "default" when it lists none."""
+    async with session.get(base + "/v1/models") as r:
+        if r.status != 200:
+            return "default"
+        data = (await r.json()).get("data") or []
+    return str(data[0]["id"]) if data else "default"
+
+
 async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg: ClientConfig,
                         on_warmed: Callable[[], Awaitable[Any]] | None = None) -> BenchmarkResult:
     """Offer `requests` to the server at `base_url` as `cfg` says; return metrics and records.
@@ -330,6 +341,8 @@ async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg:
     url = base + APIS[cfg.api]
     connector = aiohttp.TCPConnector(limit=0)  # the semaphore is the only cap (default is 100)
     async with aiohttp.ClientSession(connector=connector, read_bufsize=_READ_BUFSIZE) as session:
+        if cfg.api == "completions" and not cfg.model:
+            cfg = dataclasses.replace(cfg, model=await _served_model(session, base))
         warmup: list[RequestRecord] = []
         if cfg.warmup_requests and requests:
             first = requests[0]
@@ -450,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--send-prefix-hint", action="store_true")
     ap.add_argument("--api", choices=sorted(APIS), default="generate",
                     help="generate: POST /generate (SGLang-native); completions: POST /v1/completions (OpenAI)")
-    ap.add_argument("--model", default=None, help="the completions API's model name (default: 'default')")
+    ap.add_argument("--model", default=None, help="the completions API's model name (default: the first of GET /v1/models)")
     ap.add_argument("--request-timeout", type=float, default=3600.0)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="override the workload's output_len")
     ap.add_argument("--no-progress", action="store_true")
