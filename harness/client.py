@@ -463,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--send-prefix-hint", action="store_true")
     ap.add_argument("--api", choices=sorted(APIS), default="generate",
                     help="generate: POST /generate (SGLang-native); completions: POST /v1/completions (OpenAI)")
-    ap.add_argument("--model", default=None, help="the completions API's model name (default: the first of GET /v1/models)")
+    ap.add_argument("--model", default=None, help="the completions API's model name (default: GET /v1/models' first)")
     ap.add_argument("--request-timeout", type=float, default=3600.0)
     ap.add_argument("--max-new-tokens", type=int, default=None, help="override the workload's output_len")
     ap.add_argument("--no-progress", action="store_true")
