@@ -164,3 +164,15 @@ def test_agents_head_once_and_each_extension_once_per_step(hot):
         assert eng.stats()["storage"]["promotions_committed"] > 0
     hinted = run_agents(Engine(tiny_config("granikv", **kw)), prompts, hints=True)
     assert hinted == ref
+
+
+def test_extension_classes_through_triton_kernels():
+    """The EXT pass through the Triton prefix kernel's page-row form over the flat slot table
+    (interpreter on CPU)."""
+    prompts = agent_prompts(3, k=2, per_agent=1, lp=32, la=16)
+    ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False, steps=3)
+    eng = Engine(tiny_config("granikv", hot_fraction=0.001, promote_min_refs=0, min_prefix_for_hot=16,
+                             prefix_pass_min_saved_mib=0))
+    got = run_agents(eng, prompts, hints=False, steps=3)
+    assert got == ref
+    assert eng.stats()["attention"]["ext_steps"] > 0
