@@ -148,9 +148,9 @@ class GraniKVBackend(AttentionBackend):
         sigs = [(), ((kind, 1, _pow2(n), True),)]
         if self.cold_classes:
             sigs.append(((ROWS, 1, _pow2(n), False),))
-        if self.nested:  # one head class, its requests split into 1..8 agents' extension classes
+        if self.nested:  # one head class, its requests in 1, 2, 4 or 8 agents' extension classes
             for c in (1, 2, 4, 8):
-                if c <= n:
+                if 2 * c <= n:  # an extension class has two requests at least
                     sigs.append(((kind, 1, _pow2(n), True), (EXT, c, _pow2(-(-n // c)), False)))
         return sigs
 
