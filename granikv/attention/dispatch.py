@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from granikv.attention.plan import CASCADE, DENSE, ROWS
+from granikv.attention.plan import CASCADE, DENSE, EXT, ROWS
 
 PLAIN = "plain"  # the request reads its prefix through the slot table like any token
 
@@ -57,13 +57,14 @@ class DispatchCounters:
     dense_steps: int = 0  # steps with at least one dense class
     cascade_steps: int = 0  # steps with at least one cascade class
     rows_steps: int = 0  # steps with at least one COLD class read through a slot-table row
+    ext_steps: int = 0  # steps with at least one extension class (nested sharing, after a head class)
     paged_steps: int = 0  # steps where every request took the plain path
-    class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, ROWS: 0, PLAIN: 0})
+    class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, ROWS: 0, EXT: 0, PLAIN: 0})
     # per decision, class size -> class-steps: a prefix pass's work is whole M tiles per class
     # (ceil(n * g / BLOCK_M) reads of the prefix), so two runs of one workload whose batches split
     # into classes differently (64+64+64+64 against 70+62+60+64) differ in prefix reads at equal
     # token counts; this is what tells such runs apart in a result file
-    class_sizes: dict = field(default_factory=lambda: {DENSE: {}, CASCADE: {}, ROWS: {}, PLAIN: {}})
+    class_sizes: dict = field(default_factory=lambda: {DENSE: {}, CASCADE: {}, ROWS: {}, EXT: {}, PLAIN: {}})
 
     def record(self, decisions: list[str], sizes: list[int] | None = None) -> None:
         self.decode_steps += 1
@@ -74,6 +75,8 @@ class DispatchCounters:
             self.cascade_steps += 1
         if ROWS in kinds:
             self.rows_steps += 1
+        if EXT in kinds:
+            self.ext_steps += 1
         if not kinds - {PLAIN}:
             self.paged_steps += 1
         for d in decisions:
@@ -88,6 +91,7 @@ class DispatchCounters:
             "dense_steps": self.dense_steps,
             "cascade_steps": self.cascade_steps,
             "rows_steps": self.rows_steps,
+            "ext_steps": self.ext_steps,
             "paged_steps": self.paged_steps,
             "class_decisions": dict(self.class_decisions),
             "class_sizes": {d: {str(n): c for n, c in sorted(h.items())} for d, h in self.class_sizes.items()},

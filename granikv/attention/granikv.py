@@ -7,9 +7,18 @@ positions (no HOT space, a prefix not yet promoted) form COLD classes, read once
 through a representative member's slot-table row (the `rows` pass, the cascade kernel's page-row
 form). Per class the dispatcher (dispatch.py) picks the dense pass (one fat contraction against
 the contiguous slab), the cascade pass, or the plain path; a COLD class takes the rows pass
-whenever the rule picks a prefix pass. Every request's own tokens are read by the paged decode
-kernel from its class length on; the partial results are merged by log-sum-exp. Requests in no
-class read everything on the plain path, exactly as the paged system would.
+whenever the rule picks a prefix pass.
+
+Nested sharing (issue #29, item 4: agents share a system prompt, each agent's requests also share
+its role prompt): after the head classes, the members of head classes that share the next run too
+(the same slot at their class's end, then a common run of slots) form extension classes, read once
+per class through a representative's row from the head's end on (the EXT pass), wherever those
+slots live (the tail of a slab promoted with one agent's prompt, or COLD). So the head is read
+once per step and each agent's extension once per step, with no second copy of either.
+
+Every request's own tokens are read by the paged decode kernel from the end of its classes on;
+the partial results are merged by log-sum-exp. Requests in no class read everything on the plain
+path, exactly as the paged system would.
 """
 
 from __future__ import annotations
@@ -19,20 +28,23 @@ from granikv.attention.batch import ReqView, StepBatch
 from granikv.attention.cascade import common_prefix_len
 from granikv.attention.classes import partition_runs
 from granikv.attention.dispatch import PLAIN, DispatchCounters, DispatchPolicy
-from granikv.attention.plan import ROWS, ClassLists, DecodePlan, _pow2
+from granikv.attention.plan import EXT, ROWS, ClassLists, DecodePlan, _pow2
 
 
 class GraniKVBackend(AttentionBackend):
     name = "granikv"
 
-    def __init__(self, *args, policy: DispatchPolicy | None = None, cold_classes: bool = True, **kwargs) -> None:
+    def __init__(self, *args, policy: DispatchPolicy | None = None, cold_classes: bool = True,
+                 nested: bool = True, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.policy = policy or DispatchPolicy(group_size=self.group_size)
         self.cold_classes = cold_classes
+        self.nested = nested  # extension classes after the head classes (EXT pass)
         self.counters = DispatchCounters()
-        # (representative key, member key) -> (their slot views, first slot, common run): a running
-        # request's prompt slots change only when a promotion re-points its head, which changes
-        # its first slot, so the entry is valid while both views and the first slot match
+        # (representative key, member key, start) -> (their slot views, slot at start, common run
+        # from start): a running request's prompt slots change only when a promotion re-points a
+        # run [0, n) of them, which changes the slot at every position it covers, so the entry is
+        # valid while both views and the slot at start match
         self._lcp: dict[tuple, tuple] = {}
 
     def plan_decode(self, batch: StepBatch) -> DecodePlan:
@@ -48,7 +60,7 @@ class GraniKVBackend(AttentionBackend):
         passes: dict[str, ClassLists] = {}
         decisions, sizes = [], []
 
-        def add(kind: str, members: list[int], length: int, where: int, slab: bool) -> None:
+        def add(kind: str, members: list[int], length: int, where: int, slab: bool, start: int = 0) -> None:
             nonlocal kv_start
             decisions.append(kind)
             sizes.append(len(members))
@@ -57,14 +69,17 @@ class GraniKVBackend(AttentionBackend):
             c = passes.get(kind)
             if c is None:
                 c = passes[kind] = ClassLists(members=[], lens=[], bases=[] if slab else None,
-                                              page_rows=None if slab else [])
+                                              page_rows=None if slab else [],
+                                              starts=[] if kind == EXT else None)
             c.members.append(members)
             c.lens.append(length)
             (c.bases if slab else c.page_rows).append(where)
+            if kind == EXT:
+                c.starts.append(start)
             if kv_start is None:
                 kv_start = [0] * batch.num_reqs
             for i in members:
-                kv_start[i] = length
+                kv_start[i] = start + length
 
         min_size = self.policy.min_class_size
         for base, runs in hot.items():
@@ -74,35 +89,48 @@ class GraniKVBackend(AttentionBackend):
         for first, idx in cold.items():
             if len(idx) < min_size:
                 continue
-            for members, length, rep in self._cold_classes(batch.reqs, idx, first, lcp):
+            for members, length, rep in self._row_classes(batch.reqs, idx, 0, first, lcp):
                 kind = self.policy.choose(len(members), length)
                 add(PLAIN if kind == PLAIN else ROWS, members, length, batch.reqs[rep].row, False)
+        if self.nested and kv_start is not None:
+            ext: dict[tuple[int, int], list[int]] = {}
+            for i, start in enumerate(kv_start):
+                r = batch.reqs[i]
+                if start > 0 and r.slots is not None and min(len(r.slots), r.seq_len - 1) - start >= min_len:
+                    ext.setdefault((start, int(r.slots[start])), []).append(i)
+            for (start, first), idx in ext.items():
+                if len(idx) < min_size:
+                    continue
+                for members, length, rep in self._row_classes(batch.reqs, idx, start, first, lcp):
+                    kind = self.policy.choose(len(members), length)
+                    add(PLAIN if kind == PLAIN else EXT, members, length, batch.reqs[rep].row, False, start)
         self._lcp = lcp
         self.counters.record(decisions or [PLAIN], sizes)
         return DecodePlan(kv_start=kv_start, passes=passes)
 
-    def _cold_classes(self, reqs: list[ReqView], idx: list[int], first: int, cache: dict,
-                      tries: int = 4) -> list[tuple[list[int], int, int]]:
-        """Classes among requests whose rows start with the same COLD slot: runs are common slot
-        prefixes with a representative (the first request left), which every member then reads
-        through the representative's row. At most `tries` representatives per group (host time)."""
+    def _row_classes(self, reqs: list[ReqView], idx: list[int], start: int, first: int, cache: dict,
+                     tries: int = 4) -> list[tuple[list[int], int, int]]:
+        """Classes among requests whose rows hold the same slot `first` at position `start` (0: a
+        COLD head; > 0: the run after a head class): runs are common slot runs from `start` with a
+        representative (the first request left), which every member then reads through the
+        representative's row. At most `tries` representatives per group (host time)."""
         out = []
         rest = idx
         min_size = self.policy.min_class_size
         while len(rest) >= min_size and tries > 0:
             tries -= 1
             rep = reqs[rest[0]]
-            runs = [(rest[0], min(len(rep.slots), rep.seq_len - 1))]
+            runs = [(rest[0], min(len(rep.slots), rep.seq_len - 1) - start)]
             for i in rest[1:]:
                 r = reqs[i]
-                key = (rep.key, r.key)
+                key = (rep.key, r.key, start)
                 hit = self._lcp.get(key) or cache.get(key)
                 if hit is not None and hit[0] is rep.slots and hit[1] is r.slots and hit[2] == first:
                     n = hit[3]
                 else:
-                    n = common_prefix_len(rep.slots, r.slots)
+                    n = common_prefix_len(rep.slots[start:], r.slots[start:])
                 cache[key] = (rep.slots, r.slots, first, n)
-                runs.append((i, min(n, r.seq_len - 1)))
+                runs.append((i, min(n, r.seq_len - 1 - start)))
             got = partition_runs(runs, min_size, max_classes=1)
             if not got or got[0][1] < self.policy.min_prefix_len:
                 rest = rest[1:]  # the representative shares little: try the next one
@@ -120,6 +148,10 @@ class GraniKVBackend(AttentionBackend):
         sigs = [(), ((kind, 1, _pow2(n), True),)]
         if self.cold_classes:
             sigs.append(((ROWS, 1, _pow2(n), False),))
+        if self.nested:  # one head class, its requests in 1, 2, 4 or 8 agents' extension classes
+            for c in (1, 2, 4, 8):
+                if 2 * c <= n:  # an extension class has two requests at least
+                    sigs.append(((kind, 1, _pow2(n), True), (EXT, c, _pow2(-(-n // c)), False)))
         return sigs
 
     def stats(self) -> dict:

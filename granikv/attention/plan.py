@@ -19,6 +19,16 @@ DENSE, CASCADE = "dense", "cascade"  # the two prefix-pass kinds over HOT slabs 
 # granikv's prefix pass over a COLD shared run, read through a representative slot-table row
 # (the cascade kernel's page-row form); a class whose rule says dense or cascade takes it
 ROWS = "rows"
+# granikv's extension pass (nested sharing): a class of requests that already read a shared head
+# through a pass of the kinds above and share the next run too, positions [start, start + len) of
+# a representative's slot-table row. It reads the slot table as a flat [rows * columns, 1] view,
+# so a class's "page row" is the flat position row * columns + start (`ClassLists.where`).
+EXT = "ext"
+
+
+def pass_table(kind: str, slot_table: torch.Tensor) -> torch.Tensor:
+    """The slot table a pass of `kind` reads: EXT reads flat positions (see EXT)."""
+    return slot_table.view(-1, 1) if kind == EXT else slot_table
 
 
 @dataclass
@@ -29,6 +39,16 @@ class ClassLists:
     lens: list[int]  # prefix length per class
     bases: list[int] | None = None  # HOT slab base per class (granikv)
     page_rows: list[int] | None = None  # a member's slot-table row per class (cascade baseline)
+    starts: list[int] | None = None  # EXT: first position read in that row, per class
+
+    def where(self, row_stride: int) -> list[int]:
+        """Per class what the kernel indexes: the slab base, the slot-table row, or (EXT) the
+        flat position `row * row_stride + start` in the slot table."""
+        if self.bases is not None:
+            return self.bases
+        if self.starts is None:
+            return self.page_rows
+        return [r * row_stride + s for r, s in zip(self.page_rows, self.starts, strict=True)]
 
     @property
     def max_size(self) -> int:
@@ -71,6 +91,7 @@ def materialize(plan: DecodePlan, seq_lens: torch.Tensor, slot_table: torch.Tens
     passes = {}
     for kind, c in plan.passes.items():
         passes[kind] = PrefixClasses.from_lists(
-            c.members, c.lens, dev, slab_base=c.bases, page_rows=c.page_rows,
-            slot_table=slot_table if c.page_rows is not None else None)
+            c.members, c.lens, dev, slab_base=c.bases,
+            page_rows=c.where(slot_table.stride(0)) if c.page_rows is not None else None,
+            slot_table=pass_table(kind, slot_table) if c.page_rows is not None else None)
     return DecodeMeta(kv_start=kv_start, kv_len=seq_lens - kv_start, passes=passes)

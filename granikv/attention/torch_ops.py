@@ -58,7 +58,11 @@ def prefix(q, k_cache, v_cache, classes, sm_scale):
             base = int(classes.slab_base[c])
             slots = torch.arange(base, base + lens[c], device=q.device)
         else:
-            slots = classes.slot_table[int(classes.page_rows[c]), : lens[c]].long()
+            # the kernel's pointer arithmetic: page_rows[c] * stride(0) + j over the table's storage
+            # (an EXT pass reads a flat [rows * columns, 1] view, so its page row is a flat position)
+            t = classes.slot_table
+            first = int(classes.page_rows[c]) * t.stride(0)
+            slots = t.reshape(-1)[first : first + lens[c]].long()
         k = k_cache[slots].float().permute(1, 0, 2)  # [Hkv, L, d]
         v = v_cache[slots].float().permute(1, 0, 2)
         qm = q[members].float().view(-1, hkv, g, d).permute(1, 0, 2, 3)  # [Hkv, n, g, d]

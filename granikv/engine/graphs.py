@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from granikv.attention.batch import StepBatch
-from granikv.attention.plan import DecodeMeta, DecodePlan
+from granikv.attention.plan import DecodeMeta, DecodePlan, pass_table
 from granikv.kernels.prefix_classes import PrefixClasses
 
 N_BASE = 6  # (unused), pos, out_slots, rows, seq_lens, kv_start
@@ -157,7 +157,7 @@ class DecodeGraphs:
             meta_passes[p.kind] = PrefixClasses(
                 indptr=indptr, reqs=reqs, prefix_len=lens,
                 slab_base=where if p.slab else None, page_rows=None if p.slab else where,
-                slot_table=None if p.slab else self.slot_table, max_class_size=p.size)
+                slot_table=None if p.slab else pass_table(p.kind, self.slot_table), max_class_size=p.size)
         batch = StepBatch(mode="decode", reqs=[], num_tokens=b, out_slots=out_slots, rows=rows,
                           prefix_lens=seq_lens - 1, qo_indptr=None, seq_lens=seq_lens)
         self.backend.bind(batch, DecodeMeta(kv_start=kv_start, kv_len=seq_lens - kv_start, passes=meta_passes))
@@ -185,7 +185,7 @@ class DecodeGraphs:
             flat = [i for m in c.members for i in m]
             h[o + C + 1:o + C + 1 + len(flat)] = flat
             h[o + C + 1 + b:o + C + 1 + b + len(c.lens)] = c.lens
-            where = c.bases if p.slab else c.page_rows
+            where = c.where(self.slot_table.stride(0))
             w0 = o + 2 * C + 1 + b
             h[w0:w0 + len(where)] = where
             if not p.slab:

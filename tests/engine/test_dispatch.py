@@ -94,8 +94,8 @@ def test_class_sizes_count_every_class_step_by_its_decision():
     c.record([CASCADE, CASCADE], [64, 64])
     c.record([PLAIN])  # a step with no class: counted as a plain step, no size
     d = c.as_dict()
-    assert d["class_sizes"] == {DENSE: {}, CASCADE: {"64": 3, "65": 1}, "rows": {}, PLAIN: {"1": 1}}
-    assert d["class_decisions"] == {DENSE: 0, CASCADE: 4, "rows": 0, PLAIN: 2}
+    assert d["class_sizes"] == {DENSE: {}, CASCADE: {"64": 3, "65": 1}, "rows": {}, "ext": {}, PLAIN: {"1": 1}}
+    assert d["class_decisions"] == {DENSE: 0, CASCADE: 4, "rows": 0, "ext": 0, PLAIN: 2}
     assert sum(d["class_sizes"][CASCADE].values()) == d["class_decisions"][CASCADE]
 
 

@@ -10,6 +10,7 @@ import random
 import pytest
 from engine_testutil import tiny_config
 
+from granikv.attention.plan import EXT
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams, Status
 
@@ -82,3 +83,96 @@ def test_cold_classes_through_triton_kernels():
     got = run(eng, prompts, hints=False, steps=4, late_after=1)
     assert got == ref
     assert eng.stats()["attention"]["rows_steps"] > 0
+
+
+def agent_prompts(seed: int, k: int = 3, per_agent: int = 3, lp: int = 64, la: int = 32, vocab: int = 1024):
+    """The `agents` workload in small (harness/workloads.py): k agents share an lp-token system
+    prompt, each adds an la-token role prompt, every request a 5-20 token suffix. One seed request
+    per agent first (its prompt gets cached), then the rest; (prompt, hint = lp + la) pairs."""
+    rng = random.Random(seed)
+    head = [rng.randrange(vocab) for _ in range(lp)]
+    roles = [[rng.randrange(vocab) for _ in range(la)] for _ in range(k)]
+    seeds, rest = [], []
+    for a in range(k):
+        for j in range(per_agent + 1):
+            p = head + roles[a] + [rng.randrange(vocab) for _ in range(rng.randrange(5, 21))]
+            (rest if j else seeds).append((p, lp + la, a))
+    rng.shuffle(rest)
+    return seeds + rest
+
+
+def run_agents(engine: Engine, prompts, hints: bool, steps: int = 10, plans: list | None = None):
+    """Seeds first (until their prompts are cached), then the rest; audit after every step. Each
+    decode step's plan is appended to `plans` (with the agent of each batch index)."""
+    params = SamplingParams(max_new_tokens=steps, ignore_eos=True)
+    seeds = prompts[: len({a for _, _, a in prompts})]
+    reqs = [engine.add_request(p, params, shared_prefix_len=h if hints else None) for p, h, _ in seeds]
+    agent_of = {r.rid: a for r, (_, _, a) in zip(reqs, seeds, strict=True)}
+    if plans is not None:
+        plan_decode = engine.backend.plan_decode
+
+        def spy(batch):
+            plan = plan_decode(batch)
+            plans.append((plan, [agent_of[v.key] for v in batch.reqs]))
+            return plan
+
+        engine.backend.plan_decode = spy
+    while any(r.output_ids == [] for r in reqs):
+        engine.step()
+        engine.storage.audit()
+    for p, h, a in prompts[len(seeds):]:
+        r = engine.add_request(p, params, shared_prefix_len=h if hints else None)
+        agent_of[r.rid] = a
+        reqs.append(r)
+    while any(r.status != Status.FINISHED for r in reqs):
+        engine.step()
+        engine.storage.audit()
+    return [r.output_ids for r in reqs]
+
+
+@pytest.mark.parametrize("hot", [True, False])
+def test_agents_head_once_and_each_extension_once_per_step(hot):
+    """Issue #29 item 4 without hints: once every request decodes, one class reads the common
+    head for all of them and one extension class per agent reads that agent's role prompt; tokens
+    equal paged's and the hinted run's; audit after every step. `hot=False`: no HOT space, the
+    head is a COLD rows class and the extensions follow it the same way."""
+    prompts = agent_prompts(0)
+    ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False)
+    kw = dict(kernel_impl="torch", min_prefix_for_hot=32, prefix_pass_min_saved_mib=0)
+    if not hot:
+        kw.update(hot_fraction=0.001, promote_min_refs=0)
+    eng = Engine(tiny_config("granikv", **kw))
+    plans: list = []
+    got = run_agents(eng, prompts, hints=False, plans=plans)
+    assert got == ref
+    full = []
+    for plan, agents in plans:
+        n = len(agents)
+        heads = [c for kind, c in plan.passes.items() if kind != EXT]
+        if n < len(prompts) or len(heads) != 1 or heads[0].members != [list(range(n))] or EXT not in plan.passes:
+            continue
+        assert heads[0].lens == [64]
+        ext = plan.passes[EXT]
+        by_agent = sorted(sorted(m) for m in ext.members)
+        want = sorted([i for i in range(n) if agents[i] == a] for a in set(agents))
+        assert by_agent == want and ext.lens == [32] * len(want) and ext.starts == [64] * len(want)
+        full.append(plan)
+    assert full, "no step read the head once and each extension once"
+    att = eng.stats()["attention"]
+    assert att["ext_steps"] >= len(full) and att["class_sizes"]["ext"].get("4", 0) >= 3 * len(full), att
+    if hot:
+        assert eng.stats()["storage"]["promotions_committed"] > 0
+    hinted = run_agents(Engine(tiny_config("granikv", **kw)), prompts, hints=True)
+    assert hinted == ref
+
+
+def test_extension_classes_through_triton_kernels():
+    """The EXT pass through the Triton prefix kernel's page-row form over the flat slot table
+    (interpreter on CPU)."""
+    prompts = agent_prompts(3, k=2, per_agent=1, lp=32, la=16)
+    ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False, steps=3)
+    eng = Engine(tiny_config("granikv", hot_fraction=0.001, promote_min_refs=0, min_prefix_for_hot=16,
+                             prefix_pass_min_saved_mib=0))
+    got = run_agents(eng, prompts, hints=False, steps=3)
+    assert got == ref
+    assert eng.stats()["attention"]["ext_steps"] > 0

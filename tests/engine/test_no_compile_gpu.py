@@ -73,6 +73,15 @@ def waves(k: int, n: int, prefix_len: int, seed: int) -> tuple[list[list[int]], 
     return prompts, [prefix_len] * n
 
 
+def agent_waves(k: int, n: int, prefix_len: int, role_len: int, seed: int) -> list[list[int]]:
+    """n requests of k agents (the agents workload): one shared head, a role prompt per agent
+    (request i is agent i mod k), suffixes of 3-40 tokens."""
+    rng = random.Random(seed)
+    head = [rng.randrange(1024) for _ in range(prefix_len)]
+    roles = [[rng.randrange(1024) for _ in range(role_len)] for _ in range(k)]
+    return [head + roles[i % k] + [rng.randrange(1024) for _ in range(rng.randint(3, 40))] for i in range(n)]
+
+
 @pytest.mark.parametrize("system", ["granikv", "cascade"])
 def test_multi_prefix_batches_compile_nothing_after_start(system, tmp_path):
     spec = tmp_path / "llama8b-attention-1layer.yaml"
@@ -95,9 +104,14 @@ def test_multi_prefix_batches_compile_nothing_after_start(system, tmp_path):
                                       (4, 100, False)]):
         prompts, hints = waves(k, n, prefix_len=320 + 16 * i, seed=i)
         eng.generate(prompts, params, shared_prefix_lens=hints if hint else None)
+    # nested sharing without hints (issue #29 item 4): a head class and one extension class per
+    # agent (the EXT pass over the flat slot table), odd agent counts and batch sizes
+    for i, (k, n) in enumerate([(8, 256), (3, 100), (5, 37)]):
+        eng.generate(agent_waves(k, n, prefix_len=320 + 16 * i, role_len=96, seed=100 + i), params)
     torch.cuda.synchronize()
     after = compiled_variants()
     grew = {name: (before.get(name, 0), n) for name, n in after.items() if n > before.get(name, 0)}
     assert not grew, f"compiled inside the run (kernel: variants after warm-up -> after the batches): {grew}"
     if system == "granikv":
         assert eng.backend.stats()["cascade_steps"] > 0  # the multi-class prefix pass did run
+        assert eng.backend.stats()["ext_steps"] > 0  # and the extension pass

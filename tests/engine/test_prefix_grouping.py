@@ -11,7 +11,7 @@ from granikv.attention.classes import best_class, partition_runs
 from granikv.attention.dispatch import DispatchPolicy
 from granikv.attention.granikv import GraniKVBackend
 from granikv.attention.ops import KernelOps
-from granikv.attention.plan import CASCADE, ROWS
+from granikv.attention.plan import CASCADE, EXT, ROWS
 
 
 def test_one_shared_suffix_token_does_not_split_a_class():
@@ -89,3 +89,69 @@ def test_cold_class_takes_the_plain_path_under_the_saved_bytes_rule():
     plan = b.plan_decode(_batch(views))
     assert plan.passes == {} and plan.kv_start is None
     assert b.stats()["class_decisions"]["plain"] == 1
+
+
+def _agents_views(k=3, per_agent=3, lp=600, la=300, hot_base=1):
+    """k agents: a head of lp slots (a slab from `hot_base`, or COLD when None), an extension of la
+    COLD slots per agent, a private suffix per request."""
+    views = []
+    for a in range(k):
+        ext = 40_000 + 1000 * a + np.arange(la)
+        for _ in range(per_agent):
+            i = len(views)
+            head = np.arange(hot_base, hot_base + lp) if hot_base else 20_000 + np.arange(lp)
+            slots = np.r_[head, ext, 60_000 + 50 * i + np.arange(7)]
+            views.append(_view(i, slots, slab=(hot_base, lp) if hot_base else None))
+    return views
+
+
+def test_nested_runs_form_a_head_class_then_one_extension_class_per_agent():
+    """Issue #29 item 4: the head once for everyone, each agent's extension once for its requests."""
+    for hot_base in (1, None):
+        views = _agents_views(hot_base=hot_base)
+        b = _backend()
+        plan = b.plan_decode(_batch(views))
+        head = plan.passes[CASCADE if hot_base else ROWS]
+        assert head.members == [list(range(9))] and head.lens == [600]
+        ext = plan.passes[EXT]
+        assert sorted(ext.members) == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+        assert ext.lens == [300] * 3 and ext.starts == [600] * 3 and ext.bases is None
+        assert all(row in m for row, m in zip(ext.page_rows, ext.members, strict=True))  # a member's row
+        assert plan.kv_start == [900] * 9
+        assert ext.where(1000) == [r * 1000 + 600 for r in ext.page_rows]
+        st = b.stats()
+        assert st["ext_steps"] == 1 and st["class_sizes"][EXT] == {"3": 3}
+        # cached common runs are reused on the next step
+        assert b.plan_decode(_batch(views)).passes[EXT].lens == [300] * 3
+
+
+def test_extension_of_one_agent_inside_the_head_slab():
+    """An agent whose whole prompt was promoted into one slab reads the head with everyone and
+    its extension (the slab's tail) with its own requests."""
+    lp, la = 600, 300
+    views = []
+    for i in range(3):  # agent A: head and extension in one slab [1, 901)
+        views.append(_view(i, np.r_[np.arange(1, 1 + lp + la), 60_000 + 50 * i + np.arange(5)], slab=(1, lp + la)))
+    for i in range(3, 6):  # agent B: the head of that slab, its own COLD extension
+        views.append(_view(i, np.r_[np.arange(1, 1 + lp), 40_000 + np.arange(la), 60_000 + 50 * i + np.arange(5)],
+                           slab=(1, lp)))
+    plan = _backend().plan_decode(_batch(views))
+    assert plan.passes[CASCADE].members == [list(range(6))] and plan.passes[CASCADE].lens == [lp]
+    ext = plan.passes[EXT]
+    assert sorted(ext.members) == [[0, 1, 2], [3, 4, 5]] and ext.lens == [la, la]
+    assert plan.kv_start == [lp + la] * 6
+
+
+def test_short_extensions_and_lone_agents_stay_on_the_plain_path():
+    views = _agents_views(k=2, per_agent=1) + _agents_views(k=1, per_agent=2, la=100)[0:2]
+    for i, v in enumerate(views):
+        v.row, v.key = i, f"r{i}"
+    plan = _backend().plan_decode(_batch(views))
+    assert EXT not in plan.passes  # one request per agent; two sharing only 100 (< min_prefix_len)
+    assert plan.kv_start == [600] * 4
+    assert _backend_flat(nested=False).plan_decode(_batch(_agents_views())).passes.keys() == {CASCADE}
+
+
+def _backend_flat(nested):
+    args = ([], [], None, 32, 8, 128, KernelOps("torch"))
+    return GraniKVBackend(*args, policy=DispatchPolicy(group_size=4, m_sat=10_000, min_prefix_len=256), nested=nested)
