@@ -101,11 +101,15 @@ def gate_command():
 
 rule gate:
     """Measure the gate's cells and gate them. No output files: the rule runs on every call, and
-    the report it writes survives a failing verdict (Snakemake deletes a failed job's outputs)."""
+    the report it writes survives a failing verdict (Snakemake deletes a failed job's outputs).
+    The judged cells are copied beside the report (report/cells/), so a committed report carries
+    the result files its numbers come from, while R/gate/ itself stays unversioned and is
+    measured afresh by the next run."""
     input:
         cell_files(GATE_CELLS),
     shell:
-        gate_command()
+        f"mkdir -p {GATE_REPORT}/cells && rm -f {GATE_REPORT}/cells/*.json && cp {{input}} {GATE_REPORT}/cells/ && "
+        + gate_command()
 
 
 rule cell:
