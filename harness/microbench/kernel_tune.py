@@ -53,6 +53,15 @@ EXTEND_CANDIDATES = [
 ]
 
 
+def _trial(bn: Bench, rows: list, label: str, fn, row: tuple) -> None:
+    """Time one candidate; when it ran, keep (us, *row) — row is (cfg[, splits used, ...]) — and say so."""
+    t = bn.time(fn)
+    if t:
+        rows.append((t.us, *row))
+        splits = f" splits={row[1]}" if len(row) > 1 else ""
+        print(f"  tune {label} {row[0]}{splits}: {t.us:.1f} us", flush=True)
+
+
 def tune(bn: Bench) -> dict[str, object]:
     """Pick each kernel's launch shape at its headline shape; all candidates recorded."""
     p = bn.plan
@@ -64,17 +73,11 @@ def tune(bn: Bench) -> dict[str, object]:
     rows = []
     for cfg in DECODE_CANDIDATES[:lim]:
         fn, used = bn.decode_fn(q, table, length, cfg, max_splits=1)
-        t = bn.time(fn)
-        if t:
-            rows.append((t.us, cfg, used))
-            print(f"  tune decode {cfg} splits={used}: {t.us:.1f} us", flush=True)
+        _trial(bn, rows, "decode", fn, (cfg, used))
     rows.sort(key=lambda r: r[0])
     for _, cfg, _ in rows[:1]:  # does a second split help the best (tail of the last wave)?
         fn, used = bn.decode_fn(q, table, length, cfg, max_splits=2)
-        t = bn.time(fn)
-        if t:
-            rows.append((t.us, cfg, used))
-            print(f"  tune decode {cfg} splits={used}: {t.us:.1f} us", flush=True)
+        _trial(bn, rows, "decode", fn, (cfg, used))
     rows.sort(key=lambda r: r[0])
     bn.tuning["decode"] = [{"us": round(u, 2), "cfg": asdict(c), "max_splits": s} for u, c, s in rows]
     best["decode"] = rows[0][1]
@@ -85,10 +88,7 @@ def tune(bn: Bench) -> dict[str, object]:
     for cfg in DENSE_CANDIDATES[:lim]:
         for ms in ((1, 2) if cfg.block_m == 64 else (2,))[:lim]:
             fn, used = bn.prefix_fn("prefix_dense", q, length, cfg, max_splits=ms)
-            t = bn.time(fn)
-            if t:
-                rows.append((t.us, cfg, used, ms))
-                print(f"  tune dense {cfg} splits={used}: {t.us:.1f} us", flush=True)
+            _trial(bn, rows, "dense", fn, (cfg, used, ms))
     rows.sort(key=lambda r: r[0])
     bn.tuning["prefix_dense"] = [
         {"us": round(u, 2), "cfg": asdict(c), "max_splits": s} for u, c, s, _ in rows
@@ -100,10 +100,7 @@ def tune(bn: Bench) -> dict[str, object]:
     qc = bn.q(p.cascade_b, g)
     for cfg in CASCADE_CANDIDATES[:lim]:
         fn, used = bn.prefix_fn("prefix_cascade", qc, length, cfg)
-        t = bn.time(fn)
-        if t:
-            rows.append((t.us, cfg, used))
-            print(f"  tune cascade {cfg} splits={used}: {t.us:.1f} us", flush=True)
+        _trial(bn, rows, "cascade", fn, (cfg, used))
     rows.sort(key=lambda r: r[0])
     bn.tuning["prefix_cascade"] = [{"us": round(u, 2), "cfg": asdict(c), "max_splits": s} for u, c, s in rows]
     best["cascade"] = rows[0][1]
@@ -111,10 +108,7 @@ def tune(bn: Bench) -> dict[str, object]:
     rows = []
     ext = extend_setup(bn)
     for cfg in EXTEND_CANDIDATES[:lim]:
-        t = bn.time(ext["make"](cfg))
-        if t:
-            rows.append((t.us, cfg))
-            print(f"  tune extend {cfg}: {t.us:.1f} us", flush=True)
+        _trial(bn, rows, "extend", ext["make"](cfg), (cfg,))
     rows.sort(key=lambda r: r[0])
     bn.tuning["extend"] = [{"us": round(u, 2), "cfg": asdict(c)} for u, c in rows]
     best["extend"] = rows[0][1]

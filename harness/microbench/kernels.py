@@ -2,7 +2,7 @@
 B x Lp sweep, the M_sat fit, and the bars of the kernels issue, in one run.
 
     python -m harness.microbench.kernels --out $OUT/kernels.json --hardware-yaml conf/hardware/h200.yaml
-    python -m harness.microbench.kernels --smoke        # tiny shapes, CPU interpreter, proves the script runs
+    TRITON_INTERPRET=1 python -m harness.microbench.kernels --smoke   # tiny shapes, CPU interpreter: the script runs
     python -m harness.microbench.kernels --notes RESULT_JSON [--notes-into docs/FILE.md]
 
 The bench itself (shapes, byte and FLOP models, layouts) is `kernel_bench`; the tuning
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -302,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     smoke = args.smoke or not torch.cuda.is_available()
     if smoke and not args.smoke:
         print("no CUDA device: running the smoke plan (numbers are not measurements)")
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        # Triton reads the variable when it is imported (above): without it there is no backend
+        print("error: no CUDA device; run the smoke plan under Triton's CPU interpreter: "
+              "TRITON_INTERPRET=1 python -m harness.microbench.kernels --smoke", file=sys.stderr)
+        return 2
     plan = SMOKE if smoke else FULL
     out_path = Path(
         args.out or ("/tmp/kernels-smoke.json" if smoke else "results/h200/microbench/kernels.json")
