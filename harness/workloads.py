@@ -16,7 +16,7 @@ Kinds (defaults, checks and how the prefixes are built differ; the generator is 
   Lp in {2K, 4K, 8K, 16K}; k=8 uses the 1K-16K ladder {1K, 2K, 3K, 4K, 6K, 8K, 12K, 16K}.
   The paper names the ladder's ends and its total only ("53.2K slab tokens"); this ladder is
   the one that totals 53,248 tokens, just as {2K, 4K, 8K, 16K} totals the 30,720 it quotes.
-- `agents`: nested sharing (issue #29): k agents share one Lp-token system prompt and each
+- `agents`: nested sharing: k agents share one Lp-token system prompt and each
   adds its own La-token role prompt, so agent a's prefix is `common (Lp) + role_a (La)`;
   request i belongs to agent i mod k (round-robin, as multiprefix: with the seeded ShareGPT
   order and Poisson times this interleaves the agents evenly). Role prompts are distinct from

@@ -6,8 +6,8 @@ they all share once, so its length is the shortest member's run and it saves `(n
 prefix re-reads. Taking the k requests with the longest runs and the k that maximizes
 `(k - 1) * run_k` picks that class; a request that shares one more token with another (a common
 suffix token, a longer agent prompt) therefore never splits a class, and one short run never
-shortens a long class. What is left forms further classes the same way (issue #29, item 2;
-tests/engine/test_prefix_grouping.py).
+shortens a long class. What is left forms further classes the same way
+(tests/engine/test_prefix_grouping.py).
 """
 
 from __future__ import annotations

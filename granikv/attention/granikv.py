@@ -9,7 +9,7 @@ form). Per class the dispatcher (dispatch.py) picks the dense pass (one fat cont
 the contiguous slab), the cascade pass, or the plain path; a COLD class takes the rows pass
 whenever the rule picks a prefix pass.
 
-Nested sharing (issue #29, item 4: agents share a system prompt, each agent's requests also share
+Nested sharing (agents share a system prompt, each agent's requests also share
 its role prompt): after the head classes, the members of head classes that share the next run too
 (the same slot at their class's end, then a common run of slots) form extension classes, read once
 per class through a representative's row from the head's end on (the EXT pass), wherever those

@@ -15,7 +15,7 @@ carries). `peak_busbw_GBps` is the best bus bandwidth over the large sizes.
 `--engine-cell <TP cell result with a profile section>` (no GPU needed) sets the engine's decode
 all-reduces beside these: per call, from the profiled window's `nccl_ms` / NCCL kernel count (every
 NCCL kernel of the window: two all-reduces per layer plus the logits' all-gather),
-against (a) the message's bytes over the peak bus bandwidth (the bar as issue 7 words it) and
+against (a) the message's bytes over the peak bus bandwidth (the bar of the TP design) and
 (b) the isolated per-call time measured here at that message size (the floor including NCCL's
 launch and synchronization latency, which dominates at decode sizes).
 

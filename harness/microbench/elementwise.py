@@ -1,4 +1,4 @@
-"""Elementwise-fusion microbenchmark (issue 4): the decoder's small ops, torch vs fused Triton.
+"""Elementwise-fusion microbenchmark: the decoder's small ops, torch vs fused Triton.
 
     python -m harness.microbench.elementwise                      # GPU: Llama-3.1-8B shapes, bf16
     python -m harness.microbench.elementwise --device cpu         # dry run: tiny model, interpreter

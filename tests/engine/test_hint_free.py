@@ -1,4 +1,4 @@
-"""Sharing without hints (issue #29): requests that send no `shared_prefix_len` get their prefix
+"""Sharing without hints: requests that send no `shared_prefix_len` get their prefix
 read once per class all the same. A promotion that commits while its readers decode re-points
 them to the slab (same tokens: the slab holds bit-identical K/V), prefixes without HOT space form
 COLD classes (rows pass), and `storage.audit()` holds after every step."""

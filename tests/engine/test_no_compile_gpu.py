@@ -96,7 +96,7 @@ def test_multi_prefix_batches_compile_nothing_after_start(system, tmp_path):
     before = compiled_variants()
     # (k prefixes, requests): Table 20's k sweep and Table 21's heterogeneous k at B=256, a
     # draining wave, odd class counts and sizes
-    # the last waves send no hint (issue #29): COLD classes through the rows pass until a
+    # the last waves send no hint: COLD classes through the rows pass until a
     # promotion commits, then re-pointed readers in slab classes, mixed in one step
     for i, (k, n, hint) in enumerate([(16, 256, True), (4, 256, True), (64, 256, True), (8, 256, True),
                                       (2, 256, True), (3, 100, True), (5, 40, True), (16, 200, True),
@@ -104,7 +104,7 @@ def test_multi_prefix_batches_compile_nothing_after_start(system, tmp_path):
                                       (4, 100, False)]):
         prompts, hints = waves(k, n, prefix_len=320 + 16 * i, seed=i)
         eng.generate(prompts, params, shared_prefix_lens=hints if hint else None)
-    # nested sharing without hints (issue #29 item 4): a head class and one extension class per
+    # nested sharing without hints: a head class and one extension class per
     # agent (the EXT pass over the flat slot table), odd agent counts and batch sizes
     for i, (k, n) in enumerate([(8, 256), (3, 100), (5, 37)]):
         eng.generate(agent_waves(k, n, prefix_len=320 + 16 * i, role_len=96, seed=100 + i), params)
