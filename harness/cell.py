@@ -35,7 +35,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from omegaconf import DictConfig
@@ -56,6 +56,9 @@ from harness.cell_config import (
 )
 from harness.cell_env import check_gpus_idle, environment
 from harness.sweeps import ROOT, cell_id
+
+if TYPE_CHECKING:
+    from harness.client import ClientConfig
 
 EXIT_EXISTS = 3
 PROFILE_STEPS = 20  # decode steps in a profile=true cell's capture window (harness.profile)
@@ -207,9 +210,25 @@ async def guarded(system: systems.RunningSystem, benchmark, info_path: str | Non
                 await task
 
 
+def client_config(cfg: DictConfig) -> ClientConfig:
+    """The client's settings from the cell config: every `client.*` key the client reads, so the
+    result file's `config.client` (the client's own `to_dict`) records what it did."""
+    from harness.client import ClientConfig
+
+    return ClientConfig(
+        rate=float(str(cfg.rate)), max_concurrency=int(cfg.batch), warmup_requests=int(cfg.warmup),
+        warmup_output_len=int(cfg.client.warmup_output_len), flush_cache=bool(cfg.flush_cache),
+        # the hint is a GraniKV API field: sent to the bundled engine (paged/cascade ignore it),
+        # never to an external server that may reject unknown fields
+        send_prefix_hint=bool(cfg.client.send_prefix_hint) and cfg.system.kind == "engine",
+        request_timeout_s=float(cfg.client.request_timeout_s),
+        progress=bool(cfg.client.progress),
+        api=str(cfg.client.get("api", "generate")), model=cfg.client.get("model"))
+
+
 def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     """Measure the cell; return the result document and where it was written."""
-    from harness.client import ClientConfig, run_benchmark
+    from harness.client import run_benchmark
     from harness.workloads import read_workload
 
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -227,14 +246,7 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
     requests = workload.requests
     max_context = max_context_for(cfg, requests)
     spec = launch_spec(cfg, run_dir, max_context)
-    client_cfg = ClientConfig(
-        rate=float(str(cfg.rate)), max_concurrency=int(cfg.batch), warmup_requests=int(cfg.warmup),
-        warmup_output_len=int(cfg.client.warmup_output_len), flush_cache=bool(cfg.flush_cache),
-        # the hint is a GraniKV API field: sent to the bundled engine (paged/cascade ignore it),
-        # never to an external server that may reject unknown fields
-        send_prefix_hint=bool(cfg.client.send_prefix_hint) and cfg.system.kind == "engine",
-        request_timeout_s=float(cfg.client.request_timeout_s),
-        progress=bool(cfg.client.progress))
+    client_cfg = client_config(cfg)
 
     gpu_at_start = check_gpus_idle(cfg)
     t0 = time.monotonic()

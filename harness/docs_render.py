@@ -406,6 +406,66 @@ def render_replay(src: Sources) -> str:
     return "\n".join(out) + "\n"
 
 
+API_AB = (f"{H200}/gate/report/cells/granikv-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0.json",
+          f"{H200}/adhoc/granikv-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0-tagv1-completions.json")
+API_AB_BAR = 0.98  # issue #30: the completions API within 2% of /generate's output throughput
+
+
+def render_api_ab(src: Sources) -> str:
+    """The harness client on the OpenAI completions API against /generate, one point, one call.
+
+    The API each cell drove is read from its recorded client config (`config.client.api`), not
+    from its tag: the tag names what the call meant to measure, the config what the client did."""
+    docs = [src.json(rel) for rel in API_AB]
+    apis = [str(d["config"]["client"].get("api", "generate")) for d in docs]
+
+    def side(d: dict) -> tuple[float, float, float, float, int]:
+        e, w = d["engine"], d.get("engine_after_warmup") or {}
+        return (_tok(d), d["metrics"]["median_ttft_ms"], d["metrics"]["median_tpot_ms"],
+                e["server_cpu_s"] - w.get("server_cpu_s", 0.0),
+                e["server_chunks_sent"] - w.get("server_chunks_sent", 0))
+
+    base, other = side(docs[0]), side(docs[1])
+    out = [HEADER, "", "GraniKV, ShareGPT Lp=16K B=256, the harness client streaming token ids: the gate run's "
+           "cell against the cell tagged `v1-completions`, measured in the same call. Server CPU s and chunks: "
+           "the HTTP process over the measured run (`engine.server_cpu_s`, `engine.server_chunks_sent`, the "
+           "warm-up snapshot subtracted).", ""]
+    out += _table(("cell", "client.api (recorded)", "git", "output tok/s", "TTFT p50 ms", "TPOT p50 ms",
+                   "server CPU s", "server chunks"),
+                  [(tag, api, _git(d), f"{s[0]:.0f}", f"{s[1]:.0f}", f"{s[2]:.2f}", f"{s[3]:.2f}", s[4])
+                   for tag, api, d, s in zip(("gate", "v1-completions"), apis, docs, (base, other), strict=True)])
+    ratio = other[0] / base[0]
+    if apis[1] == "completions" and apis[0] == "generate":
+        verdict = "met" if ratio >= API_AB_BAR else "not met"
+    else:
+        verdict = (f"not judged: the `v1-completions` cell recorded `client.api = {apis[1]}`, so both cells "
+                   "drove `/generate` and the ratio compares two runs of one API")
+    out += ["", f"Tagged / gate output tok/s: {ratio:.3f}; issue #30's bar ≥ {API_AB_BAR}: {verdict}.", ""]
+    out.append(_cite(*API_AB))
+    return "\n".join(out) + "\n"
+
+
+SAMPLING_AB = (f"{H200}/engine/sampling-ab/without-sampling.json", f"{H200}/engine/sampling-ab/with-sampling.json")
+SAMPLING_AB_BAR = 1.01  # the greedy step may grow by at most 1% from the sampling features
+
+
+def render_sampling_ab(src: Sources) -> str:
+    """The greedy decode step before and after the sampling features (top-p/top-k/seed/logprobs)."""
+    docs = [src.json(rel) for rel in SAMPLING_AB]
+    recs = [d["records"][0] for d in docs]
+    out = [HEADER, "", f"`harness.microbench.engine_steps`, granikv, Lp={recs[0]['Lp']} B={recs[0]['B']}, "
+           "every request greedy (the tree after the features runs them with sampled share "
+           f"{docs[1]['config'].get('sampled_share', 0.0)}), the two trees one after the other on one machine:", ""]
+    out += _table(("tree", "git", "step ms", "p10–p90 ms", "floor ms", "host-gap share"),
+                  [(name, _git(d), f"{r['step_ms']:.2f}", f"{r['step_ms_p10']:.2f}–{r['step_ms_p90']:.2f}",
+                    f"{r['floor_ms']:.2f}", f"{r['host_gap_share']:.3f}")
+                   for name, d, r in zip(("without sampling", "with sampling"), docs, recs, strict=True)])
+    ratio = recs[1]["step_ms"] / recs[0]["step_ms"]
+    out += ["", f"With / without step ms: {ratio:.4f}; bar ≤ {SAMPLING_AB_BAR}: "
+            f"{'met' if ratio <= SAMPLING_AB_BAR else 'not met'}.", "", _cite(*SAMPLING_AB)]
+    return "\n".join(out) + "\n"
+
+
 REPRO_COLUMNS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (3, ("x_SGL", "x_SGL-C")), (9, ("x_SGL",)), (6, ("x_SGL",)), (10, ("x_SGL",)), (20, ("ratio",)),
     (21, ("x_default",)), (24, ("x_Cascade",)), (18, ("max_abs_delta_pct",)),
@@ -456,6 +516,8 @@ GENERATORS: dict[str, Callable[[Sources], str]] = {
     "storage": render_storage,
     "extend": render_extend,
     "serving-ab": render_serving_ab,
+    "api-ab": render_api_ab,
+    "sampling-ab": render_sampling_ab,
     "prefix-rule": render_prefix_rule,
     "graphs": render_graphs,
     "specialize": render_specialize,

@@ -283,3 +283,13 @@ def test_a_tag_names_an_ab_cell_apart_and_is_absent_by_default():
     assert cell_id(base) == "granikv-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0"
     assert cell_id({**base, "tag": None}) == cell_id(base)
     assert cell_id({**base, "tag": "long-keys"}) == cell_id(base) + "-taglong-keys"
+
+
+@pytest.mark.parametrize("api", ["generate", "completions"])
+def test_the_client_gets_the_configured_api(api):
+    """`client.api` reaches the client, and the result file's `config.client` (the client's own
+    settings) records it: an A/B of the two APIs is two runs of the API each cell names."""
+    cfg = _compose("system=granikv", f"client.api={api}", "client.model=m")
+    client = cell.client_config(cfg)
+    assert client.api == api and client.model == "m"
+    assert client.to_dict()["api"] == api

@@ -1,0 +1,33 @@
+"""The api-ab block judges issue #30's bar only when the tagged cell drove /v1/completions.
+
+Why: a cell's tag says what it was meant to measure, its recorded `config.client.api` what the
+client did; a ratio of two /generate runs must not be reported as the completions API's cost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import docs_render
+
+
+def _write(root: Path, rel: str, api: str, tok: float) -> None:
+    doc = {"config": {"client": {"api": api}}, "env": {"git_sha": "0123456789"},
+           "metrics": {"output_throughput": tok, "median_ttft_ms": 900.0, "median_tpot_ms": 17.0},
+           "engine": {"server_cpu_s": 7.0, "server_chunks_sent": 1032},
+           "engine_after_warmup": {"server_cpu_s": 1.0, "server_chunks_sent": 32}}
+    (root / rel).parent.mkdir(parents=True, exist_ok=True)
+    (root / rel).write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(("api", "tok", "verdict"), [
+    ("completions", 99.0, "met"), ("completions", 97.0, "not met"), ("generate", 99.0, "not judged")])
+def test_api_ab_verdict(tmp_path, api, tok, verdict):
+    gate, tagged = docs_render.API_AB
+    _write(tmp_path, gate, "generate", 100.0)
+    _write(tmp_path, tagged, api, tok)
+    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    assert f"≥ {docs_render.API_AB_BAR}: {verdict}" in text
+    assert "| 6.00 | 1000 |" in text  # the measured run's server CPU s and chunks, warm-up subtracted
