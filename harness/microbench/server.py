@@ -154,7 +154,8 @@ def _sim_factory(step_ms: float, batch: int, host_ms: float, prefill_ms: float, 
 
 def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms: float = 3.0,
             port: int = 30571, mode: str = "process", prompt_len: int = 16, warmup: int = 0,
-            prefill_ms: float = 0.0, streaming: str = "cumulative", backlog: int | None = None) -> dict:
+            prefill_ms: float = 0.0, streaming: str = "cumulative", backlog: int | None = None,
+            api: str = "generate") -> dict:
     """`warmup` requests run before the timed burst (at concurrency B, so `warmup >= B` leaves B
     open keep-alive connections for it); `prefill_ms` is the simulated cost of each admission
     step, during which no decode runs (prefill first, as the engine schedules); `streaming`:
@@ -162,7 +163,9 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     (`--incremental-streaming-output`); `backlog`: the listen queue (None: the server's,
     LISTEN_BACKLOG; aiohttp's own default is 128, which a burst of B > 128 new connections
     overflows: the dropped SYNs are retried after TCP's 1 s timeout, seen in the arrival
-    quantiles)."""
+    quantiles); `api`: the client drives SGLang's `/generate` or OpenAI's `/v1/completions`
+    (`http_cpu_s`: this process's CPU seconds over the run, which in `process` mode is the HTTP
+    side without the engine)."""
     from aiohttp import web
 
     from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
@@ -195,20 +198,23 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
                 "--max-concurrency", str(batch), "--warmup-requests", str(warmup),
-                "--warmup-output-len", "2", "--no-progress", "--no-records",
+                "--warmup-output-len", "2", "--no-progress", "--no-records", "--api", api,
                 "--output", str(res), stdout=subprocess.DEVNULL)
             await proc.wait()
         finally:
             await runner.cleanup()
 
+    cpu0 = time.process_time()
     aio.run(go())
+    http_cpu_s = time.process_time() - cpu0
     st = aio.run(_stats(loop))
     decode_steps = st["steps"]["decode"]
     timed = st["added_at"][-requests:]  # the timed burst's arrivals at the engine (after the warm-up)
     loop.stop()
     m = json.loads(res.read_text())["metrics"]
     ideal = batch * 1e3 / step_ms
-    return {"mode": mode, "streaming": streaming, "batch": batch, "step_ms": step_ms, "host_ms": host_ms,
+    return {"mode": mode, "streaming": streaming, "api": api, "http_cpu_s": http_cpu_s, "batch": batch,
+            "step_ms": step_ms, "host_ms": host_ms,
             "requests": requests,
             "output_len": output_len,
             "output_throughput": m["output_throughput"], "engine_rate": ideal,
@@ -224,16 +230,19 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
 
 
 def notes_table(path: str) -> str:
-    """Markdown table of a server.json (numbers are read, never typed)."""
+    """Markdown table of a server.json (numbers are read, never typed); files that compare the
+    client's two APIs get the API and the HTTP side's CPU seconds as columns too."""
     doc = json.loads(Path(path).read_text())
-    lines = ["| engine | chunks | out tokens | B | step ms (host ms) | served tok/s | engine tok/s | ratio "
-             "| TPOT p50 ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    apis = any("api" in r for r in doc["records"])
+    head = ["engine"] + (["API", "HTTP CPU s"] if apis else []) + [
+        "chunks", "out tokens", "B", "step ms (host ms)", "served tok/s", "engine tok/s", "ratio", "TPOT p50 ms"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in doc["records"]:
-        lines.append(f"| {r['mode']} | {r.get('streaming', 'cumulative')} | {r['output_len']} | {r['batch']} | "
-                     f"{r['step_ms']:.0f} ({r['host_ms']:.0f}) | "
-                     f"{r['output_throughput']:.0f} | {r['engine_rate']:.0f} | {r['ratio']:.3f} | "
-                     f"{r['median_tpot_ms']:.1f} |")
+        api = [r.get("api", "generate"), f"{r['http_cpu_s']:.2f}"] if apis else []
+        cells = [r["mode"], *api, r.get("streaming", "cumulative"), r["output_len"], r["batch"],
+                 f"{r['step_ms']:.0f} ({r['host_ms']:.0f})", f"{r['output_throughput']:.0f}",
+                 f"{r['engine_rate']:.0f}", f"{r['ratio']:.3f}", f"{r['median_tpot_ms']:.1f}"]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     env = doc["env"]
     lines.append("")
     lines.append(f"Measured on {env.get('host')} ({env.get('gpu') or 'CPU'} host, python {env.get('python')}), "
@@ -258,6 +267,8 @@ def main(argv=None) -> int:
                     help="chunks with everything so far (SGLang's default) or only what is new")
     ap.add_argument("--backlog", type=int, nargs="+", default=[None],
                     help="listen queue lengths to compare (default: the server's; aiohttp's own is 128)")
+    ap.add_argument("--api", nargs="+", default=["generate"], choices=["generate", "completions"],
+                    help="the API the client drives: SGLang's /generate or OpenAI's /v1/completions")
     ap.add_argument("--port", type=int, default=30571)
     ap.add_argument("--out", default=None)
     ap.add_argument("--notes", default=None, help="print the Markdown table of an existing server.json and exit")
@@ -269,15 +280,17 @@ def main(argv=None) -> int:
     for mode in args.mode:
         for b in args.batch:
             for s in args.step_ms:
-                for w, st, bl in itertools.product(args.warmup, args.streaming, args.backlog):
+                for w, st, bl, api in itertools.product(args.warmup, args.streaming, args.backlog,
+                                                        args.api):
                     r = measure(b, s, args.waves * b, args.output_len, args.host_ms, port=args.port, mode=mode,
                                 prompt_len=args.prompt_len, warmup=w, prefill_ms=args.prefill_ms, streaming=st,
-                                backlog=bl)
+                                backlog=bl, api=api)
                     recs.append(r)
-                    print(f"{mode:7s} {st:11s} B={b:4d} step {s:5.1f} ms warm-up {w:4d}: {r['output_throughput']:8.0f} "
+                    print(f"{mode:7s} {api:11s} {st:11s} B={b:4d} step {s:5.1f} ms warm-up {w:4d}: "
+                          f"{r['output_throughput']:8.0f} "
                           f"tok/s of {r['engine_rate']:8.0f} = {r['ratio']:.3f}  (TPOT p50 "
                           f"{r['median_tpot_ms']:.1f} ms, TTFT p50 {r['median_ttft_ms']:.0f} ms, admission "
-                          f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms, p90 arrival "
+                          f"ramp {r['admission_ramp_s'] * 1e3:.0f} ms, HTTP CPU {r['http_cpu_s']:.2f} s, p90 arrival "
                           f"{r['arrival_quantiles_s']['0.9'] * 1e3:.0f} ms, later waves' ramps "
                           f"{[round(x * 1e3) for x in r['wave_ramps_s']]} ms, backlog {r['backlog']})", flush=True)
     if args.out:
