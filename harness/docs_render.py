@@ -406,6 +406,7 @@ def render_replay(src: Sources) -> str:
     return "\n".join(out) + "\n"
 
 
+API_CPU = "results/cpu/microbench/server-api.json"
 API_AB = (f"{H200}/gate/report/cells/granikv-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0.json",
           f"{H200}/adhoc/granikv-llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0-tagv1-completions.json")
 API_AB_BAR = 0.98  # issue #30: the completions API within 2% of /generate's output throughput
@@ -416,6 +417,12 @@ def render_api_ab(src: Sources) -> str:
 
     The API each cell drove is read from its recorded client config (`config.client.api`), not
     from its tag: the tag names what the call meant to measure, the config what the client did."""
+    from harness.microbench.server import notes_table
+
+    cpu = ["", "The server's own cost per API, on the CPU: a simulated engine (fixed 12 ms steps, one token "
+           "per running request) behind the real server, the harness client driving each API in turn "
+           "(`python -m harness.microbench.server --api generate completions ...`):", "",
+           notes_table(str(src.root / API_CPU)), "", _cite(API_CPU)]
     if not (src.root / API_AB[1]).exists():
         return "\n".join([HEADER, "", "The cell that drives `/v1/completions` at the headline point (ShareGPT Lp=16K "
                           "B=256, granikv) is not measured yet; issue #30's bar (≥ "
@@ -423,7 +430,7 @@ def render_api_ab(src: Sources) -> str:
                           "`snakemake --profile profiles/h200 gate` followed in the same call by `python -m "
                           "harness.cell system=granikv model=llama-3.1-8b tp=1 workload=sharegpt lp=16384 "
                           "batch=256 sweep=adhoc hardware=h200 client.api=completions tag=v1-completions`.", "",
-                          _cite(API_AB[0])]) + "\n"
+                          _cite(API_AB[0]), *cpu]) + "\n"
     docs = [src.json(rel) for rel in API_AB]
     apis = [str(d["config"]["client"].get("api", "generate")) for d in docs]
 
@@ -450,6 +457,7 @@ def render_api_ab(src: Sources) -> str:
                    "drove `/generate` and the ratio compares two runs of one API")
     out += ["", f"Tagged / gate output tok/s: {ratio:.3f}; issue #30's bar ≥ {API_AB_BAR}: {verdict}.", ""]
     out.append(_cite(*API_AB))
+    out += cpu
     return "\n".join(out) + "\n"
 
 
