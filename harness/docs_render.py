@@ -419,10 +419,12 @@ def render_api_ab(src: Sources) -> str:
     from its tag: the tag names what the call meant to measure, the config what the client did."""
     from harness.microbench.server import notes_table
 
-    cpu = ["", "The server's own cost per API, on the CPU: a simulated engine (fixed 12 ms steps, one token "
-           "per running request) behind the real server, the harness client driving each API in turn "
-           "(`python -m harness.microbench.server --api generate completions ...`):", "",
-           notes_table(str(src.root / API_CPU)), "", _cite(API_CPU)]
+    cpu = []
+    if (src.root / API_CPU).exists():
+        cpu = ["", "The server's own cost per API, on the CPU: a simulated engine (fixed 12 ms steps, one "
+               "token per running request) behind the real server, the harness client driving each API in "
+               "turn (`python -m harness.microbench.server --api generate completions ...`):", "",
+               notes_table(str(src.root / API_CPU)), "", _cite(API_CPU)]
     if not (src.root / API_AB[1]).exists():
         return "\n".join([HEADER, "", "The cell that drives `/v1/completions` at the headline point (ShareGPT Lp=16K "
                           "B=256, granikv) is not measured yet; issue #30's bar (≥ "

@@ -231,9 +231,10 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
 
 def notes_table(path: str) -> str:
     """Markdown table of a server.json (numbers are read, never typed); files that compare the
-    client's two APIs get the API and the HTTP side's CPU seconds as columns too."""
+    client's two APIs (`--api generate completions`) get the API and the HTTP side's CPU seconds
+    as columns too."""
     doc = json.loads(Path(path).read_text())
-    apis = any("api" in r for r in doc["records"])
+    apis = len({r.get("api", "generate") for r in doc["records"]}) > 1
     head = ["engine"] + (["API", "HTTP CPU s"] if apis else []) + [
         "chunks", "out tokens", "B", "step ms (host ms)", "served tok/s", "engine tok/s", "ratio", "TPOT p50 ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
