@@ -398,6 +398,18 @@ def select_cells(cells: pd.DataFrame, wanted: Sequence[Cell], fields: Sequence[s
     return cells.loc[keep].reset_index(drop=True)
 
 
+def _strict(obj: Any) -> Any:
+    """`obj` with non-finite floats as the strings "inf", "-inf", "nan" (a cell's `rate` is inf):
+    Python's `Infinity` token is not JSON, and the report is read by other tools in CI."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, Mapping):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    return obj
+
+
 def write_report(report_json: str | None, report_md: str | None, exit_code: int,
                  report: GateReport | None, context: Mapping[str, Any], error: str | None = None) -> None:
     """Write the JSON and Markdown reports (whichever is asked for), also when the gate could not
@@ -407,7 +419,8 @@ def write_report(report_json: str | None, report_md: str | None, exit_code: int,
     if report_json:
         path = Path(report_json)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report.to_json(exit_code, **ctx), indent=1) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(_strict(report.to_json(exit_code, **ctx)), indent=1, allow_nan=False) + "\n",
+                        encoding="utf-8")
     if report_md:
         path = Path(report_md)
         path.parent.mkdir(parents=True, exist_ok=True)

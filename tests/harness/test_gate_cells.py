@@ -110,8 +110,10 @@ def test_gate_runs_match_the_reproduction_baseline_and_write_reports(tmp_path, c
     args = ["--results", str(res), "--sweep", "gate", "--baseline", str(base), "--json", str(rep / "r.json"),
             "--markdown", str(rep / "r.md")]
     assert gate.main(args) == 0
-    doc = json.loads((rep / "r.json").read_text())
+    strict = json.JSONDecoder(parse_constant=lambda c: pytest.fail(f"non-JSON constant {c} in the report"))
+    doc = strict.decode((rep / "r.json").read_text())
     assert doc["format"] == gate.REPORT_FORMAT and doc["verdict"] == "PASS" and doc["counts"]["ok"] == 3
+    assert {c["cell"]["rate"] for c in doc["checks"]} == {"inf"}  # strict JSON: no Infinity token
     assert "# Throughput gate: PASS" in (rep / "r.md").read_text()
     # granikv slows down 10 % at the headline: a regression, exit 1, and the report says so
     head = next(c for c in H200_GATE if c.values["lp"] == 16384 and c.values["system"] == "granikv")
