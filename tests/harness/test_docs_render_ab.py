@@ -25,9 +25,25 @@ def _write(root: Path, rel: str, api: str, tok: float) -> None:
 @pytest.mark.parametrize(("api", "tok", "verdict"), [
     ("completions", 99.0, "met"), ("completions", 97.0, "not met"), ("generate", 99.0, "not judged")])
 def test_api_ab_verdict(tmp_path, api, tok, verdict):
-    gate, tagged = docs_render.API_AB
-    _write(tmp_path, gate, "generate", 100.0)
-    _write(tmp_path, tagged, api, tok)
+    for generate, tagged in docs_render.API_AB:
+        _write(tmp_path, generate, "generate", 100.0)
+        _write(tmp_path, tagged, api, tok)
     text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
     assert f"≥ {docs_render.API_AB_BAR}: {verdict}" in text
     assert "| 6.00 | 1000 |" in text  # the measured run's server CPU s and chunks, warm-up subtracted
+
+
+def test_api_ab_mean_of_alternated_reps(tmp_path):
+    """The ratio is mean over mean: one slow /generate rep does not decide the verdict alone."""
+    (g0, c0), (g1, c1) = docs_render.API_AB
+    for rel, api, tok in ((g0, "generate", 100.0), (c0, "completions", 96.0),
+                          (g1, "generate", 100.0), (c1, "completions", 100.0)):
+        _write(tmp_path, rel, api, tok)
+    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    assert "output tok/s: 0.980;" in text and ": met." in text
+
+
+def test_api_ab_missing_cell_is_not_judged(tmp_path):
+    _write(tmp_path, docs_render.API_AB[0][0], "generate", 100.0)
+    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    assert "not judged" in text and "client.api=generate" not in text.split("`python")[0]
