@@ -8,17 +8,22 @@ for any prefix pass to pay for its launch and merge goes to the plain path (its 
 the prefix through the slot table like every other token), so granikv never does worse than
 the paged baseline by more than noise.
 
-"Pays for" is measured, not assumed: a prefix pass adds two launches per layer (the pass and the
-LSE merge), ~14 us a layer on an H200 in a decode graph, while what it saves — the class's other
-n-1 requests re-reading the prefix — is partly served from L2 in the paged path when the prefix
-is short. The served Table 9 cells at B=8/32 (docs/performance.md, "prefix_pass_min_saved_mib")
-put the break-even between 62 MiB (lost: Lp=512, B=32) and 224 MiB (won: Lp=8K, B=8) of K/V
-re-reads avoided per layer, so a class takes a prefix pass only when it avoids at least
-`min_saved_bytes` per layer: (n-1) * Lp * bytes_per_token.
+"Pays for" is measured, not assumed. A prefix pass kind adds fixed launches per layer (the
+zero-filled partial output, the pass and the LSE merge), ~14 us a layer on an H200 in a decode graph,
+whatever the number of classes the launch covers; what it saves is the classes' other n-1
+requests re-reading their prefixes, partly served from L2 in the paged path when a prefix is
+short. So the rule is per launch: the classes of one pass kind take it together when the K/V
+re-reads they avoid per layer, summed over the classes (sum of (n-1) * Lp * bytes_per_token),
+reach `min_saved_bytes`; otherwise every class of that kind reads on the plain path. For one
+class alone that is (n-1) * Lp * bytes_per_token >= min_saved_bytes, which the served Table 9 cells at B=8/32 bracket (docs/
+performance.md, "prefix_pass_min_saved_mib": lost at 62 MiB, won at 224 MiB); many small classes
+(multiprefix k=64: ~64 classes of ~4 requests, each avoiding 96 MiB) pay as one launch, which the
+kernel sweep measures (harness/microbench/prefix_rule.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from granikv.attention.plan import CASCADE, DENSE, EXT, ROWS
@@ -38,15 +43,27 @@ class DispatchPolicy:
     min_saved_bytes: int = 0
 
     def saved_bytes(self, class_size: int, prefix_len: int) -> int:
-        """Prefix K/V reads per layer that one pass saves over the plain path."""
+        """Prefix K/V reads per layer that reading one class once saves over the plain path."""
         return max(class_size - 1, 0) * prefix_len * self.kv_bytes_per_token
 
-    def choose(self, class_size: int, prefix_len: int) -> str:
+    def kind(self, class_size: int, prefix_len: int) -> str:
+        """The pass a class takes if its launch pays (`pays`): PLAIN for a lone request or a
+        prefix too short to form a class, else dense or cascade by M_eff against m_sat."""
         if prefix_len < self.min_prefix_len or class_size < self.min_class_size:
             return PLAIN
-        if self.min_saved_bytes and self.saved_bytes(class_size, prefix_len) < self.min_saved_bytes:
-            return PLAIN
         return DENSE if class_size * self.group_size >= self.m_sat else CASCADE
+
+    def pays(self, classes: Iterable[tuple[int, int]]) -> bool:
+        """Whether one launch of a pass over these (class size, prefix length) classes avoids at
+        least `min_saved_bytes` of K/V re-reads per layer, summed over the classes."""
+        if not self.min_saved_bytes:
+            return True
+        return sum(self.saved_bytes(n, length) for n, length in classes) >= self.min_saved_bytes
+
+    def choose(self, class_size: int, prefix_len: int) -> str:
+        """A class alone in its launch: its kind if it pays by itself, else PLAIN."""
+        kind = self.kind(class_size, prefix_len)
+        return kind if kind == PLAIN or self.pays([(class_size, prefix_len)]) else PLAIN
 
 
 @dataclass

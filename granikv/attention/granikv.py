@@ -81,29 +81,45 @@ class GraniKVBackend(AttentionBackend):
             for i in members:
                 kv_start[i] = start + length
 
+        def settle(cands: list[tuple]) -> None:
+            """Per pass kind, its classes take the pass together when the launch pays for itself
+            (DispatchPolicy.pays: re-reads avoided summed over the launch's classes)."""
+            by_kind: dict[str, list[tuple]] = {}
+            for c in cands:
+                by_kind.setdefault(c[0], []).append(c)
+            for kind, cs in by_kind.items():
+                ok = kind != PLAIN and self.policy.pays((len(c[1]), c[2]) for c in cs)
+                for c in cs:
+                    add(c[0] if ok else PLAIN, *c[1:])
+
         min_size = self.policy.min_class_size
+        heads: list[tuple] = []
         for base, runs in hot.items():
             for members, length in partition_runs(runs, min_size):
-                add(self.policy.choose(len(members), length), members, length, base, True)
+                heads.append((self.policy.kind(len(members), length), members, length, base, True))
         lcp: dict[tuple, tuple] = {}
         for first, idx in cold.items():
             if len(idx) < min_size:
                 continue
             for members, length, rep in self._row_classes(batch.reqs, idx, 0, first, lcp):
-                kind = self.policy.choose(len(members), length)
-                add(PLAIN if kind == PLAIN else ROWS, members, length, batch.reqs[rep].row, False)
+                kind = self.policy.kind(len(members), length)
+                heads.append((PLAIN if kind == PLAIN else ROWS, members, length, batch.reqs[rep].row, False))
+        settle(heads)
         if self.nested and kv_start is not None:
             ext: dict[tuple[int, int], list[int]] = {}
             for i, start in enumerate(kv_start):
                 r = batch.reqs[i]
                 if start > 0 and r.slots is not None and min(len(r.slots), r.seq_len - 1) - start >= min_len:
                     ext.setdefault((start, int(r.slots[start])), []).append(i)
+            exts: list[tuple] = []
             for (start, first), idx in ext.items():
                 if len(idx) < min_size:
                     continue
                 for members, length, rep in self._row_classes(batch.reqs, idx, start, first, lcp):
-                    kind = self.policy.choose(len(members), length)
-                    add(PLAIN if kind == PLAIN else EXT, members, length, batch.reqs[rep].row, False, start)
+                    kind = self.policy.kind(len(members), length)
+                    exts.append((PLAIN if kind == PLAIN else EXT, members, length, batch.reqs[rep].row, False,
+                                 start))
+            settle(exts)
         self._lcp = lcp
         self.counters.record(decisions or [PLAIN], sizes)
         return DecodePlan(kv_start=kv_start, passes=passes)

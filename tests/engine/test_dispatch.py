@@ -110,3 +110,24 @@ def test_the_engine_reports_the_class_sizes_of_its_decode_steps():
     sizes = {int(n) for kind in att["class_sizes"].values() for n in kind}
     assert sizes and sizes <= {1, 2, 3}, att["class_sizes"]
     assert sum(sum(h.values()) for h in att["class_sizes"].values()) >= att["decode_steps"] - att["paged_steps"]
+
+
+@given(classes=st.lists(st.tuples(st.integers(0, 64), st.integers(0, 1 << 14)), max_size=80),
+       mib=st.integers(0, 512))
+def test_a_launch_pays_by_the_sum_over_its_classes(classes, mib):
+    """One pass launch covers every class of its kind: it pays when their avoided re-reads,
+    summed, reach the threshold; a class alone pays exactly when `choose` gives it a pass."""
+    p = _h200_policy() if mib == 128 else DispatchPolicy(
+        group_size=4, m_sat=2048, min_prefix_len=256, kv_bytes_per_token=LLAMA_KV, min_saved_bytes=mib * MIB)
+    total = sum(max(n - 1, 0) * lp * LLAMA_KV for n, lp in classes)
+    assert p.pays(classes) == (total >= p.min_saved_bytes)
+    for n, lp in classes[:4]:
+        assert (p.choose(n, lp) != PLAIN) == (p.kind(n, lp) != PLAIN and p.pays([(n, lp)]))
+
+
+def test_k64_classes_pay_together_under_the_h200_threshold():
+    """multiprefix k=64 at Lp=8K, B=256: ~4 requests per class avoid 96 MiB each, under 128 MiB
+    alone; 64 such classes in one launch avoid 6 GiB."""
+    p = _h200_policy()
+    assert p.choose(4, 8192) == PLAIN
+    assert p.pays([(4, 8192)] * 64) and p.kind(4, 8192) == CASCADE

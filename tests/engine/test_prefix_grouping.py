@@ -155,3 +155,40 @@ def test_short_extensions_and_lone_agents_stay_on_the_plain_path():
 def _backend_flat(nested):
     args = ([], [], None, 32, 8, 128, KernelOps("torch"))
     return GraniKVBackend(*args, policy=DispatchPolicy(group_size=4, m_sat=10_000, min_prefix_len=256), nested=nested)
+
+
+def _kv_policy_backend(min_saved_bytes: int):
+    args = ([], [], None, 32, 8, 128, KernelOps("torch"))
+    pol = DispatchPolicy(group_size=4, m_sat=10_000, min_prefix_len=256, kv_bytes_per_token=1,
+                         min_saved_bytes=min_saved_bytes)
+    return GraniKVBackend(*args, policy=pol)
+
+
+def _many_cold_classes(k: int, n: int, lp: int) -> list[ReqView]:
+    """k COLD prefixes of lp slots, n requests each, each request with its own 3-slot suffix."""
+    views = []
+    for c in range(k):
+        prefix = 1 + c * lp + np.arange(lp)
+        for j in range(n):
+            i = len(views)
+            views.append(_view(i, np.r_[prefix, 10**6 + 10 * i + np.arange(3)]))
+    return views
+
+
+def test_many_small_classes_pay_as_one_launch():
+    """The launch cost is per pass kind: 8 classes that each avoid 3 * 300 re-reads (under a
+    threshold of 2000) take the pass together, since together they avoid 7200."""
+    views = _many_cold_classes(k=8, n=4, lp=300)
+    plan = _kv_policy_backend(2000).plan_decode(_batch(views))
+    rows = plan.passes[ROWS]
+    assert len(rows.members) == 8 and rows.lens == [300] * 8
+    assert sorted(i for m in rows.members for i in m) == list(range(32))
+    assert plan.kv_start == [300] * 32
+
+
+def test_a_launch_that_cannot_pay_leaves_every_class_plain():
+    views = _many_cold_classes(k=2, n=2, lp=300)  # 2 classes x 1 x 300 = 600 < 1000
+    backend = _kv_policy_backend(1000)
+    plan = backend.plan_decode(_batch(views))
+    assert not plan.passes and plan.kv_start is None
+    assert backend.counters.class_decisions["plain"] == 2
