@@ -15,10 +15,10 @@ requests re-reading their prefixes, partly served from L2 in the paged path when
 short. So the rule is per launch: the classes of one pass kind take it together when the K/V
 re-reads they avoid per layer, summed over the classes (sum of (n-1) * Lp * bytes_per_token),
 reach `min_saved_bytes`; otherwise every class of that kind reads on the plain path. For one
-class alone that is (n-1) * Lp * bytes_per_token >= min_saved_bytes, which the served Table 9 cells at B=8/32 bracket (docs/
-performance.md, "prefix_pass_min_saved_mib": lost at 62 MiB, won at 224 MiB); many small classes
-(multiprefix k=64: ~64 classes of ~4 requests, each avoiding 96 MiB) pay as one launch, which the
-kernel sweep measures (harness/microbench/prefix_rule.py).
+class alone that is (n-1) * Lp * bytes_per_token >= min_saved_bytes, which the served Table 9
+cells at B=8/32 bracket (docs/performance.md, "prefix_pass_min_saved_mib": lost at 62 MiB, won
+at 224 MiB); many small classes (multiprefix k=64: ~64 classes of ~4 requests, each avoiding
+96 MiB) pay as one launch, which the kernel sweep measures (harness/microbench/prefix_rule.py).
 """
 
 from __future__ import annotations

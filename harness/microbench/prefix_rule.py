@@ -3,12 +3,12 @@
     python -m harness.microbench.prefix_rule --budget-s 240        # H200: results/h200/microbench/prefix-rule.json
     python -m harness.microbench.prefix_rule --smoke [--out PATH]  # CPU, Triton interpreter: the script runs
 
-Why: the dispatcher (granikv/attention/dispatch.py) sends a prefix class to a prefix pass only
-when that class alone avoids `prefix_pass_min_saved_mib` of K/V re-reads per layer. But every
-class of one pass kind runs in one launch (AttentionBackend.forward: zero-init of o/lse, one
-prefix kernel over all classes, one LSE merge), so the fixed cost a pass must pay for is per
-kind, not per class: 64 classes of 4 requests at Lp = 8K avoid 6 GiB of reads per layer and
-still take the plain path under the per-class rule. This sweep times, for one Llama-3.1-8B
+Why: every class of one pass kind runs in one launch (AttentionBackend.forward: zero-init of
+o/lse, one prefix kernel over all classes, one LSE merge), so the fixed cost a pass must pay for
+is per kind, not per class, and the dispatcher (granikv/attention/dispatch.py) sums the avoided
+re-reads over a launch's classes: 64 classes of 4 requests at Lp = 8K avoid 6 GiB of reads per
+layer together though each avoids only 96 MiB. Whether the total decides a win, and where the
+threshold lies, is what this sweep measures. This sweep times, for one Llama-3.1-8B
 layer (Hq = 32, Hkv = 8, d = 128, bf16), C classes of n requests sharing an Lp-token prefix
 (B = C*n <= 512; each request also has its own suffix of S ~ U[64, 512] tokens in random
 16-slot pages), the plain path (every request reads its whole context through its slot-table

@@ -24,8 +24,9 @@ def _round_robin(k: int, per: int, lp: int = 80, seed: int = 0) -> list[list[int
     return [prefixes[i % k] + [rng.randrange(1024) for _ in range(rng.randrange(2, 9))] for i in range(k * per)]
 
 
-# prompts longer than the 64-token prefix key; a prefill step's budget holds about one new prefix (as at Lp=8K with 8K-token chunks on the GPU),
-# so a wave is admitted over several steps and a prefix prefilled early is live while it fills
+# prompts longer than the 64-token prefix key; a prefill step's budget holds about one new
+# prefix (as at Lp=8K with 8K-token chunks on the GPU), so a wave is admitted over several steps
+# and a prefix prefilled early is live while it fills
 CHUNK = 96
 
 

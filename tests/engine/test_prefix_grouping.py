@@ -169,7 +169,7 @@ def _many_cold_classes(k: int, n: int, lp: int) -> list[ReqView]:
     views = []
     for c in range(k):
         prefix = 1 + c * lp + np.arange(lp)
-        for j in range(n):
+        for _ in range(n):
             i = len(views)
             views.append(_view(i, np.r_[prefix, 10**6 + 10 * i + np.arange(3)]))
     return views
