@@ -54,14 +54,6 @@ class EngineConfig:
     prefix_pass_min_saved_mib: float | None = None
 
     # scheduler
-    # which waiting requests are admitted first: "fcfs" (arrival order, SGLang's default policy) or
-    # "prefix" (arrival order, except that a waiting request whose leading tokens match a running,
-    # prefilled request's goes first, within the first `admission_window` waiting requests: the
-    # requests of one shared prefix run together, so a decode step reads fewer distinct prefixes;
-    # docs/ARCHITECTURE.md, Scheduler). None: "prefix" for granikv, "fcfs" for paged and cascade,
-    # which stand for SGLang's default and cascade configurations.
-    admission_order: str | None = None
-    admission_window: int | None = None  # None: 2 * max_running (bounds how far a request is passed over)
     max_running: int = 256
     max_context: int = 32768
     chunked_prefill_tokens: int = 8192
@@ -113,10 +105,6 @@ class EngineConfig:
             raise ValueError("page sizes must be >= 1")
         if self.max_running < 1 or self.max_context < 2:
             raise ValueError("max_running must be >= 1 and max_context >= 2")
-        if self.admission_order not in (None, "fcfs", "prefix"):
-            raise ValueError(f"admission_order must be fcfs or prefix, got {self.admission_order!r}")
-        if self.admission_window is not None and self.admission_window < 1:
-            raise ValueError("admission_window must be >= 1")
         if self.extend_split_rule not in ("fill", "long-keys"):
             raise ValueError(f"extend_split_rule must be fill or long-keys, got {self.extend_split_rule!r}")
         if self.kernel_impl not in ("triton", "torch"):
@@ -127,12 +115,6 @@ class EngineConfig:
             raise ValueError("prefix_pass_min_saved_mib must be >= 0")
         if any(t < 1 for t in self.extend_graph_tokens) or any(n < 2 for n in self.extend_graph_reqs):
             raise ValueError("extend_graph_tokens must be >= 1 and extend_graph_reqs >= 2 (one is padding)")
-
-    @property
-    def resolved_admission_order(self) -> str:
-        if self.admission_order is not None:
-            return self.admission_order
-        return "prefix" if self.system == "granikv" else "fcfs"
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)

@@ -85,8 +85,7 @@ def engine_counters(info: Mapping[str, Any]) -> dict[str, Any]:
         for key in ("class_decisions", "class_sizes"):  # granikv's dispatcher: how steps split into classes
             if isinstance(attn.get(key), Mapping):
                 out[key] = attn[key]
-    for key in ("retractions", "hot_admits", "hot_fallbacks", "affinity_admits", "hot_slab_tokens", "decode_steps",
-                "prefill_steps"):
+    for key in ("retractions", "hot_admits", "hot_fallbacks", "hot_slab_tokens", "decode_steps", "prefill_steps"):
         if key in info and not isinstance(info[key], Mapping):
             out[key] = info[key]
     for key, suffix in (("steps", "_steps"), ("step_time_s", "_time_s")):

@@ -82,8 +82,6 @@ class Engine:
         self.scheduler = Scheduler(
             self.storage, config.max_running, config.max_context, config.chunked_prefill_tokens,
             on_row_assigned=self.runner.write_row,
-            prefix_affinity=config.resolved_admission_order == "prefix",
-            affinity_window=config.admission_window or 2 * config.max_running,
         )
         self.eos_ids: tuple[int, ...] = c.eos_ids
         self._ids = itertools.count()
@@ -273,7 +271,6 @@ class Engine:
             "retractions": self.scheduler.retractions,
             "hot_admits": self.scheduler.hot_admits,
             "hot_fallbacks": self.scheduler.hot_fallbacks,
-            "affinity_admits": self.scheduler.affinity_admits,
             "storage": self.storage.stats(),
             "attention": self.backend.stats(),
             "graphs": self._graph_stats(),

@@ -41,8 +41,7 @@ class Step:
 
 class Scheduler:
     def __init__(self, storage, max_running: int, max_context: int, chunked_prefill_tokens: int,
-                 on_row_assigned=None, defer_prefix_tokens: int = 64, prefix_affinity: bool = False,
-                 affinity_window: int = 512) -> None:
+                 on_row_assigned=None, defer_prefix_tokens: int = 64) -> None:
         self.storage = storage
         self.max_running = max_running
         self.max_context = max_context
@@ -53,13 +52,6 @@ class Scheduler:
         # in-batch prefix sharing: a request whose prompt starts like one still being prefilled
         # waits for that prefill to be cached instead of recomputing (and re-storing) the prefix
         self.defer_prefix_tokens = defer_prefix_tokens
-        # prefix-affinity admission (EngineConfig.admission_order = "prefix"): waiting requests whose
-        # prefix key matches a running, prefilled request's are admitted first, within the first
-        # `affinity_window` waiting requests (so the queue's head is passed over a bounded number
-        # of times whatever keeps arriving)
-        self.prefix_affinity = prefix_affinity
-        self.affinity_window = max(1, affinity_window)
-        self.affinity_admits = 0  # requests the affinity pass admitted
         self.retractions = 0
         self.hot_admits = 0
         self.hot_fallbacks = 0
@@ -173,8 +165,6 @@ class Scheduler:
                 n = min(budget, req.prefill_target - req.kv_len)
                 items.append(PrefillItem(req, req.kv_len, req.kv_len + n, req.kv_len + n == req.prefill_target))
                 budget -= n
-        if self.prefix_affinity and self.waiting and budget > 0:
-            budget = self._admit_affine(items, budget)
         deferred: list[Request] = []
         while self.waiting and budget > 0:
             req = self.waiting[0]
@@ -197,35 +187,6 @@ class Scheduler:
         if not items:
             return None
         return Step("extend", prefill=items)
-
-    def _admit_affine(self, items: list[PrefillItem], budget: int) -> int:
-        """Admit, oldest first, the waiting requests (within the window) whose prefix key a
-        running request that finished its prefill also has: their prefix is cached, so each costs
-        only its own suffix, and the decode batch gains members of a class it already reads
-        instead of one more prefix to read every step. Returns the budget left."""
-        live = {self._prefix_key(r) for r in self.running if r.kv_len >= r.prefill_target}
-        if not live:
-            return budget
-        picked: list[Request] = []
-        for pos, req in enumerate(self.waiting):
-            if pos >= self.affinity_window:
-                break
-            if self._prefix_key(req) in live:
-                picked.append(req)
-        admitted: set[int] = set()
-        for req in picked:
-            if budget <= 0 or not self._admit(req):
-                break
-            admitted.add(id(req))
-            if req.kv_len >= req.prefill_target:
-                req.kv_len = req.prefill_target - 1  # fully cached prompt: recompute the last token
-            n = min(budget, req.prefill_target - req.kv_len)
-            items.append(PrefillItem(req, req.kv_len, req.kv_len + n, req.kv_len + n == req.prefill_target))
-            budget -= n
-        if admitted:
-            self.affinity_admits += len(admitted)
-            self.waiting = deque(r for r in self.waiting if id(r) not in admitted)
-        return budget
 
     def schedule_decode(self) -> Step | None:
         """A decode step only (the overlapped path: nothing is waiting to be prefilled)."""

@@ -19,8 +19,6 @@ _FIELD_HELP = {
     "m_sat": "dense prefix pass when n_class*g >= m_sat (see conf/hardware/<gpu>.yaml)",
     "prefix_pass_min_saved_mib": "a prefix class takes a prefix pass only when it avoids this many MiB of K/V "
                                  "re-reads per layer; None = 128 on CUDA (H200 fit), 0 on CPU",
-    "admission_order": "fcfs (arrival order) or prefix (waiting requests sharing a running request's leading "
-                       "tokens first); None = prefix for granikv, fcfs for paged/cascade",
     "num_slots": "explicit KV slot count (overrides kv_budget_gb / mem_fraction)",
     "fused_elementwise": "Triton kernels for residual add + RMSNorm, SiLU*up and RoPE on CUDA (CPU: torch)",
     "extend_split_keys": "split the keys of small prefill steps behind long cached prefixes across programs",
