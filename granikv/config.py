@@ -52,6 +52,10 @@ class EngineConfig:
     # None: PREFIX_PASS_MIN_SAVED_MIB on CUDA (fitted on an H200, conf/hardware/h200.yaml), 0 on the
     # CPU (no launch overhead to amortize; the tests want the prefix passes exercised)
     prefix_pass_min_saved_mib: float | None = None
+    # a COLD prefix class whose run is one ascending slot range (a prompt prefilled from an
+    # unfragmented COLD pool) is read by the slab form of the pass (contiguous loads) instead of
+    # through a member's slot-table row; False: every COLD class takes the page-row (rows) form
+    cold_range_as_slab: bool = True
 
     # scheduler
     max_running: int = 256

@@ -76,6 +76,7 @@ class DispatchCounters:
     rows_steps: int = 0  # steps with at least one COLD class read through a slot-table row
     ext_steps: int = 0  # steps with at least one extension class (nested sharing, after a head class)
     paged_steps: int = 0  # steps where every request took the plain path
+    contiguous_cold: int = 0  # COLD head classes whose run was one slot range, read by a slab-form pass
     class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, ROWS: 0, EXT: 0, PLAIN: 0})
     # per decision, class size -> class-steps: a prefix pass's work is whole M tiles per class
     # (ceil(n * g / BLOCK_M) reads of the prefix), so two runs of one workload whose batches split
@@ -110,6 +111,7 @@ class DispatchCounters:
             "rows_steps": self.rows_steps,
             "ext_steps": self.ext_steps,
             "paged_steps": self.paged_steps,
+            "contiguous_cold": self.contiguous_cold,
             "class_decisions": dict(self.class_decisions),
             "class_sizes": {d: {str(n): c for n, c in sorted(h.items())} for d, h in self.class_sizes.items()},
         }

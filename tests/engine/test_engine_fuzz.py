@@ -75,7 +75,9 @@ knobs_strategy = st.fixed_dictionaries({
     "cold_page_size": st.sampled_from([1, 1, 4]), "hot_fraction": st.sampled_from([0.3, 0.05]),
     "extend_graph_tokens": st.sampled_from([(), (16, 64)]),
     # every class takes a prefix pass (dense, cascade or COLD rows) or the measured default rule
-    "prefix_pass_min_saved_mib": st.sampled_from([None, 0]), "promote_min_refs": st.sampled_from([2, 0])})
+    "prefix_pass_min_saved_mib": st.sampled_from([None, 0]), "promote_min_refs": st.sampled_from([2, 0]),
+    # COLD classes in one slot range read by the slab form of the pass, or always through a row
+    "cold_range_as_slab": st.booleans()})
 
 
 def _replay(system: str, slots: int, ops, prompts, overlap: bool = True,

@@ -58,24 +58,30 @@ def test_single_prefix_steps_use_graphs_captured_at_start(system, m_sat, min_sav
         assert (graphs.bucket_for(n), sig) in keys, (n, sig)
 
 
-def _cold_batch(n: int) -> StepBatch:
-    """n requests reading one COLD run of LP slots (no slab), each with its own tail."""
+def _cold_batch(n: int, contiguous: bool) -> StepBatch:
+    """n requests reading one COLD run of LP slots (no slab), each with its own tail; the run is one
+    slot range (read as a slab) or scattered (read through a member's row)."""
     b = _batch(n)
     for r in b.reqs:
         r.slab = None
+        if not contiguous:
+            r.slots = np.concatenate([1 + 2 * np.arange(LP, dtype=np.int32), r.slots[LP:]])
     return b
 
 
+@pytest.mark.parametrize("contiguous", [False, True])
 @pytest.mark.parametrize("m_sat,min_saved_mib", [(2048, 0), (100, 0), (2048, 128)])
-def test_single_cold_prefix_steps_use_graphs_captured_at_start(m_sat, min_saved_mib):
+def test_single_cold_prefix_steps_use_graphs_captured_at_start(m_sat, min_saved_mib, contiguous):
     backend = _backend("granikv", m_sat, min_saved_mib)
     graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
     keys = set(graphs.ahead_keys(backend, 512))
     for n in range(1, 513):
-        sig = backend.plan_decode(_cold_batch(n)).signature()
+        sig = backend.plan_decode(_cold_batch(n, contiguous)).signature()
         assert (graphs.bucket_for(n), sig) in keys, (n, sig)
-        if n >= 2 and min_saved_mib == 0:
-            assert len(sig) == 1 and sig[0][0] == "rows" and sig[0][1] == 1, sig  # one class, read once
+        if n >= 2 and min_saved_mib == 0:  # one class, read once
+            assert len(sig) == 1 and sig[0][1] == 1, sig
+            assert (sig[0][0], sig[0][3]) in ((("cascade", True), ("dense", True)) if contiguous
+                                              else (("rows", False),)), sig
 
 
 def test_ahead_keys_stop_at_max_running():

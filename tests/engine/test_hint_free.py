@@ -60,29 +60,37 @@ def test_promotion_commits_while_readers_decode_same_tokens(overlap):
     assert hinted == ref
 
 
-def test_cold_prefixes_form_rows_classes_same_tokens():
+@pytest.mark.parametrize("range_as_slab", [False, True])
+def test_cold_prefixes_form_rows_classes_same_tokens(range_as_slab):
     """No HOT space (hot_fraction ~0) and no promotion: shared COLD prefixes are read once per
-    class through a slot-table row."""
+    class, through a slot-table row or, when the run is one slot range (prefilled from a fresh
+    COLD pool, as here), by the slab form of the pass at the range's base."""
     prompts = prompts_of(1)
     ref = run(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False)
     eng = Engine(tiny_config("granikv", kernel_impl="torch", hot_fraction=0.001, promote_min_refs=0,
-                             min_prefix_for_hot=32, prefix_pass_min_saved_mib=0))
+                             min_prefix_for_hot=32, prefix_pass_min_saved_mib=0, cold_range_as_slab=range_as_slab))
     got = run(eng, prompts, hints=False)
     assert got == ref
     att = eng.stats()["attention"]
-    assert att["rows_steps"] > 0 and att["class_decisions"]["rows"] > 0, att
+    if range_as_slab:
+        assert att["contiguous_cold"] > 0 and att["dense_steps"] + att["cascade_steps"] > 0, att
+    else:
+        assert att["rows_steps"] > 0 and att["class_decisions"]["rows"] > 0 and att["contiguous_cold"] == 0, att
     assert eng.stats()["storage"]["promotions_committed"] == 0
 
 
-def test_cold_classes_through_triton_kernels():
-    """The rows pass through the Triton prefix kernel's page-row form (interpreter on CPU)."""
+@pytest.mark.parametrize("range_as_slab", [False, True])
+def test_cold_classes_through_triton_kernels(range_as_slab):
+    """The rows pass through the Triton prefix kernel's page-row form, and a COLD range through
+    its slab form (interpreter on CPU)."""
     prompts = prompts_of(2, prefix_lens=(40,), per_prefix=(4,))
     ref = run(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False, steps=4, late_after=1)
     eng = Engine(tiny_config("granikv", hot_fraction=0.001, promote_min_refs=0, min_prefix_for_hot=16,
-                             prefix_pass_min_saved_mib=0))
+                             prefix_pass_min_saved_mib=0, cold_range_as_slab=range_as_slab))
     got = run(eng, prompts, hints=False, steps=4, late_after=1)
     assert got == ref
-    assert eng.stats()["attention"]["rows_steps"] > 0
+    att = eng.stats()["attention"]
+    assert (att["contiguous_cold"] > 0) if range_as_slab else (att["rows_steps"] > 0), att
 
 
 def agent_prompts(seed: int, k: int = 3, per_agent: int = 3, lp: int = 64, la: int = 32, vocab: int = 1024):

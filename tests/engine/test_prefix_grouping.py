@@ -65,7 +65,7 @@ def test_hot_requests_group_by_slab_with_their_common_run():
 
 
 def test_cold_requests_sharing_a_run_form_a_rows_class():
-    shared = np.arange(3000, 3700)
+    shared = 3000 + 2 * np.arange(700)  # scattered slots: read through a member's row
     views = [_view(i, np.r_[shared, 9000 + 50 * i + np.arange(10)]) for i in range(3)]
     views.append(_view(3, np.r_[np.arange(20000, 20700), [1, 2]]))  # its own COLD prompt
     views.append(_view(4, np.r_[shared[:100], 30000 + np.arange(600)]))  # shares 100: plain
@@ -99,7 +99,7 @@ def _agents_views(k=3, per_agent=3, lp=600, la=300, hot_base=1):
         ext = 40_000 + 1000 * a + np.arange(la)
         for _ in range(per_agent):
             i = len(views)
-            head = np.arange(hot_base, hot_base + lp) if hot_base else 20_000 + np.arange(lp)
+            head = np.arange(hot_base, hot_base + lp) if hot_base else 20_000 + 3 * np.arange(lp)
             slots = np.r_[head, ext, 60_000 + 50 * i + np.arange(7)]
             views.append(_view(i, slots, slab=(hot_base, lp) if hot_base else None))
     return views
@@ -168,7 +168,7 @@ def _many_cold_classes(k: int, n: int, lp: int) -> list[ReqView]:
     """k COLD prefixes of lp slots, n requests each, each request with its own 3-slot suffix."""
     views = []
     for c in range(k):
-        prefix = 1 + c * lp + np.arange(lp)
+        prefix = 1 + c + k * np.arange(lp)  # scattered (interleaved) slots: rows classes
         for _ in range(n):
             i = len(views)
             views.append(_view(i, np.r_[prefix, 10**6 + 10 * i + np.arange(3)]))
@@ -192,3 +192,24 @@ def test_a_launch_that_cannot_pay_leaves_every_class_plain():
     plan = backend.plan_decode(_batch(views))
     assert not plan.passes and plan.kv_start is None
     assert backend.counters.class_decisions["plain"] == 2
+
+
+def test_a_cold_run_in_one_slot_range_is_read_as_a_slab():
+    """A COLD prefix prefilled from an unfragmented pool holds one ascending slot range: its class
+    takes the slab form of the pass (contiguous loads) with the range's first slot as its base;
+    a scattered run keeps the page-row form. Tokens are the same either way (same slots)."""
+    contiguous = np.arange(5000, 5700)
+    scattered = 9000 + 2 * np.arange(700)
+    views = [_view(i, np.r_[contiguous, 20_000 + 10 * i + np.arange(4)]) for i in range(3)]
+    views += [_view(3 + i, np.r_[scattered, 30_000 + 10 * i + np.arange(4)]) for i in range(3)]
+    b = _backend()
+    plan = b.plan_decode(_batch(views))
+    assert plan.passes[CASCADE].members == [[0, 1, 2]] and plan.passes[CASCADE].bases == [5000]
+    assert plan.passes[ROWS].members == [[3, 4, 5]] and plan.passes[ROWS].page_rows == [3]
+    assert plan.kv_start == [700] * 6
+    assert b.stats()["contiguous_cold"] == 1
+    # a run that is a permutation of a range is not a range
+    perm = contiguous.copy()
+    perm[[10, 11]] = perm[[11, 10]]
+    views = [_view(i, np.r_[perm, 20_000 + 10 * i + np.arange(4)]) for i in range(3)]
+    assert set(_backend().plan_decode(_batch(views)).passes) == {ROWS}
