@@ -13,9 +13,10 @@ from typing import Literal
 System = Literal["paged", "cascade", "granikv"]
 SYSTEMS: tuple[str, ...] = ("paged", "cascade", "granikv")
 
-# The dispatcher's break-even on an H200 (Llama-3.1-8B, TP=1; docs/performance.md,
-# "prefix_pass_min_saved_mib"): a prefix pass pays once it avoids ~128 MiB of K/V re-reads per layer
-PREFIX_PASS_MIN_SAVED_MIB = 128.0
+# The dispatcher's break-even on an H200 (Llama-3.1-8B, TP=1; conf/hardware/h200.yaml, docs/
+# performance.md, "prefix_pass_min_saved_mib"): a pass launch pays once its classes avoid this many
+# MiB of K/V re-reads per layer together
+PREFIX_PASS_MIN_SAVED_MIB = 192.0
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,9 @@ class EngineConfig:
     m_sat: int = 1024  # dense when n_class * g >= m_sat; fitted per GPU, see conf/hardware/
     min_prefix_for_hot: int = 256  # shorter shared prefixes are not worth a slab
     promote_min_refs: int = 2  # a COLD prefix reused by this many live requests is copied to HOT
-    # a prefix class takes a prefix pass only when it avoids at least this many MiB of K/V re-reads
-    # per layer ((n_class - 1) * Lp * K/V bytes per token per rank); below, the plain path is faster.
+    # the classes of one prefix pass kind take the pass only when together they avoid at least this
+    # many MiB of K/V re-reads per layer (sum of (n_class - 1) * Lp * K/V bytes per token per rank);
+    # below, the plain path is faster.
     # None: PREFIX_PASS_MIN_SAVED_MIB on CUDA (fitted on an H200, conf/hardware/h200.yaml), 0 on the
     # CPU (no launch overhead to amortize; the tests want the prefix passes exercised)
     prefix_pass_min_saved_mib: float | None = None

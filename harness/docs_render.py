@@ -279,35 +279,6 @@ def render_graphs(src: Sources) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_prefix_rule(src: Sources) -> str:
-    """The dispatcher's saved-bytes rule at the small-batch Table 9 points."""
-    grid = src.cells("table9")
-    hw = yaml.safe_load((src.root / HARDWARE).read_text())
-    thr = hw["prefix_pass_min_saved_mib"]
-    rows = []
-    for lp, b in ((512, 8), (2048, 8), (512, 32), (8192, 8), (2048, 32), (16384, 8), (8192, 32), (16384, 32),
-                  (512, 128)):
-        pt = _point(grid, lp=lp, batch=b, workload="sharegpt", tp=1, model="llama-3.1-8b")
-        if not all(pt.values()):
-            continue
-        saved = (b - 1) * lp * KIB_PER_TOKEN_LAYER / 1024
-        g = pt["granikv"]
-        pass_steps = sum(x["engine"]["cascade_steps"] + x["engine"]["dense_steps"] for x in g)
-        plain = sum(x["engine"]["paged_steps"] for x in g)
-        rows.append((lp, b, f"{saved:.0f}", "pass" if saved >= thr else "plain",
-                     f"{pass_steps} / {plain}",
-                     f"{_mean(_decode_ms(x) for x in pt['paged']):.2f}", f"{_mean(_decode_ms(x) for x in g):.2f}",
-                     f"{_mean(_tok(x) for x in g) / _mean(_tok(x) for x in pt['paged']):.3f}", len(g)))
-    out = [HEADER, "", f"A prefix class takes a prefix pass when (n − 1) · Lp · 4 KiB ≥ "
-           f"`prefix_pass_min_saved_mib` = {thr} MiB per layer (`{HARDWARE}`); Table 9 ShareGPT points at "
-           "small B, whole-batch class n = B. Decode ms per step over the measured run "
-           "(`engine.decode_time_s` / `decode_steps`, warm-up left out), means over complete reps:", ""]
-    out += _table(("Lp", "B", "avoided MiB/layer at n = B", "rule", "granikv pass / plain steps (all reps)",
-                   "paged decode ms/step", "granikv decode ms/step", "granikv / paged tok/s", "reps"), rows)
-    out += ["", _cite(f"{H200}/table9/*-b{{8,32,128}}-*.json", HARDWARE)]
-    return "\n".join(out) + "\n"
-
-
 def render_specialize(src: Sources) -> str:
     """The prefix pass with and without Triton's int specialization, per launch and first call."""
     rel = f"{H200}/microbench/specialize.json"
@@ -549,7 +520,7 @@ GENERATORS: dict[str, Callable[[Sources], str]] = {
     "serving-ab": render_serving_ab,
     "api-ab": render_api_ab,
     "sampling-ab": render_sampling_ab,
-    "prefix-rule": render_prefix_rule,
+    "prefix-rule": lambda src: __import__("harness.docs_prefix_rule", fromlist=["render"]).render(src),
     "graphs": render_graphs,
     "specialize": render_specialize,
     "host": render_host,

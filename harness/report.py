@@ -88,9 +88,11 @@ class CellResult:
         return label_of(self.config)
 
     def key(self) -> tuple:
-        """The A/B identity: the point's config values, the system and the dispatcher threshold
-        (a forced-cascade cell has its own m_sat)."""
-        return (tuple(self.config.get(k) for k in POINT_KEYS), self.system, self.config.get("m_sat"))
+        """The A/B identity: the point's config values, the system, the dispatcher threshold (a
+        forced-cascade cell has its own m_sat) and the arrival rate (a Poisson cell is not a
+        repetition of the saturating one)."""
+        return (tuple(self.config.get(k) for k in POINT_KEYS), self.system, self.config.get("m_sat"),
+                str(self.config.get("rate", "inf")))
 
 
 def read_cell(path: Path) -> CellResult | None:
@@ -263,7 +265,8 @@ def ab_rows(cells: Sequence[CellResult]) -> list[ABRow]:
     for (key, label), ab in groups.items():
         sweeps = sorted(base.get(key, {}), key=_natural)
         sweep = sweeps[0] if sweeps else None
-        rows.append(ABRow(point=key[0], label=label, system=key[1], baseline_sweep=sweep,
+        shown = label if key[3] in ("inf", "None") else f"{label} (rate {key[3]})"
+        rows.append(ABRow(point=key[0], label=shown, system=key[1], baseline_sweep=sweep,
                           baseline=tuple(sorted(base[key][sweep], key=lambda c: c.rep)) if sweep else (),
                           ab=tuple(sorted(ab, key=lambda c: c.rep))))
     return rows

@@ -17,8 +17,8 @@ _FIELD_HELP = {
     "kv_budget_gb": "cap the KV cache at this many GB (emulate a smaller GPU)",
     "hot_fraction": "f_p: share of KV slots reserved for HOT slabs (granikv)",
     "m_sat": "dense prefix pass when n_class*g >= m_sat (see conf/hardware/<gpu>.yaml)",
-    "prefix_pass_min_saved_mib": "a prefix class takes a prefix pass only when it avoids this many MiB of K/V "
-                                 "re-reads per layer; None = 128 on CUDA (H200 fit), 0 on CPU",
+    "prefix_pass_min_saved_mib": "a prefix pass kind's classes take it only when together they avoid this many "
+                                 "MiB of K/V re-reads per layer; None = 192 on CUDA (H200 fit), 0 on CPU",
     "num_slots": "explicit KV slot count (overrides kv_budget_gb / mem_fraction)",
     "fused_elementwise": "Triton kernels for residual add + RMSNorm, SiLU*up and RoPE on CUDA (CPU: torch)",
     "extend_split_keys": "split the keys of small prefill steps behind long cached prefixes across programs",

@@ -100,10 +100,12 @@ def _table(header, rows) -> list[str]:
 
 
 def _fit_lines(fit: dict) -> list[str]:
-    out = [f"Threshold on the total saved K/V reads per layer of one pass kind: **min_saved_mib = "
-           f"{_f(fit.get('min_saved_mib'))}** (the smallest measured total above which every point of both "
-           f"forms won; the largest that lost: {_f(fit.get('lost_max_mib'))} MiB). {fit.get('points', 0)} timed "
-           "points.", ""]
+    best = (fit.get("separation", {}).get("all") or {}).get("total") or {}
+    out = [f"{fit.get('points', 0)} timed points. The total saved K/V reads per layer of one pass kind that best "
+           f"separates wins from losses: **{_f(best.get('threshold_mib'))} MiB** ({best.get('misclassified', '—')} "
+           "points misclassified; `conf/hardware/h200.yaml` takes this value). No threshold separates them all: "
+           f"the smallest total above which every point of both forms won is {_f(fit.get('min_saved_mib'))} MiB, "
+           f"the largest that lost {_f(fit.get('lost_max_mib'))} MiB.", ""]
     rows = []
     for form, f in fit.get("by_form", {}).items():
         ls = f.get("lsq") or {}

@@ -17,7 +17,7 @@ MIB = 2**20
 
 def _h200_policy(**kw) -> DispatchPolicy:
     return DispatchPolicy(group_size=4, m_sat=2048, min_prefix_len=256, kv_bytes_per_token=LLAMA_KV,
-                          min_saved_bytes=128 * MIB, **kw)
+                          min_saved_bytes=192 * MIB, **kw)
 
 
 def test_served_cells_fall_on_the_measured_side():
@@ -117,7 +117,7 @@ def test_the_engine_reports_the_class_sizes_of_its_decode_steps():
 def test_a_launch_pays_by_the_sum_over_its_classes(classes, mib):
     """One pass launch covers every class of its kind: it pays when their avoided re-reads,
     summed, reach the threshold; a class alone pays exactly when `choose` gives it a pass."""
-    p = _h200_policy() if mib == 128 else DispatchPolicy(
+    p = _h200_policy() if mib == 192 else DispatchPolicy(
         group_size=4, m_sat=2048, min_prefix_len=256, kv_bytes_per_token=LLAMA_KV, min_saved_bytes=mib * MIB)
     total = sum(max(n - 1, 0) * lp * LLAMA_KV for n, lp in classes)
     assert p.pays(classes) == (total >= p.min_saved_bytes)
@@ -126,7 +126,7 @@ def test_a_launch_pays_by_the_sum_over_its_classes(classes, mib):
 
 
 def test_k64_classes_pay_together_under_the_h200_threshold():
-    """multiprefix k=64 at Lp=8K, B=256: ~4 requests per class avoid 96 MiB each, under 128 MiB
+    """multiprefix k=64 at Lp=8K, B=256: ~4 requests per class avoid 96 MiB each, under 192 MiB
     alone; 64 such classes in one launch avoid 6 GiB."""
     p = _h200_policy()
     assert p.choose(4, 8192) == PLAIN

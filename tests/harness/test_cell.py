@@ -165,7 +165,7 @@ def test_engine_args_are_validated():
 
 def test_granikv_gets_the_hardware_dispatch_threshold_and_the_others_do_not():
     h200 = cell_config.engine_args(_compose("system=granikv", "hardware=h200"), 1024)
-    assert h200["prefix_pass_min_saved_mib"] == 128
+    assert h200["prefix_pass_min_saved_mib"] == 192
     assert cell_config.engine_args(_compose("system=granikv", "hardware=cpu", "model=tiny"), 256)[
         "prefix_pass_min_saved_mib"] == 0
     a100 = cell_config.engine_args(_compose("system=granikv", "hardware=a100-40gb"), 1024)

@@ -114,5 +114,5 @@ def test_fit_only_the_total_rule_separates():
     assert lost["min_saved_mib"] is None and lost["separation"]["all"]["total"] == {"threshold_mib": None,
                                                                                     "misclassified": 0}
     md = render_doc({"config": {"kv_token_bytes": KV}, "records": recs, "fit": fit})
-    assert "min_saved_mib = 256" in md
+    assert "best separates wins from losses: **256 MiB** (0 points misclassified" in md
     assert "| 16384 | 2 | 1.05 | 0.71 |" in md

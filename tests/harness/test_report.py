@@ -11,15 +11,18 @@ from harness import report
 
 
 def _cell(folder, system, tok, rep=0, lp=4096, knobs="", k=1, git="abc1234", tag=None, extra=(), m_sat=2048,
-          ext=None, run=None, workload="sharegpt"):
+          ext=None, run=None, workload="sharegpt", rate=None):
     """A result file as harness.cell names and writes it (the fields the report reads)."""
     folder.mkdir(parents=True, exist_ok=True)
+    knobs = knobs or (f"rate{rate:g}" if rate is not None else "")
     name = (f"{system}-llama-3.1-8b-tp1-{workload}-lp{lp}-b256-k{k}-r{rep}{('-' + knobs) if knobs else ''}"
             f"{('-tag' + tag) if tag else ''}.json")
     c = {"system": system, "rep": rep, "model": "llama-3.1-8b", "tp": 1, "workload": workload, "lp": lp,
          "batch": 256, "k": k, "m_sat": m_sat, "overrides": [f"system={system}", *extra]}
     if tag:
         c["tag"] = tag
+    if rate is not None:
+        c["rate"] = rate
     doc = {"config": c, "metrics": {"output_throughput": tok}, "engine": {}, "env": {"git_sha": git}}
     if ext is not None:
         doc["engine"]["extend_time_s"] = ext
@@ -134,3 +137,15 @@ def test_main_writes_the_report_or_refuses(tmp_path):
         report.main(["--results", str(empty)])
     with pytest.raises(SystemExit, match="not a folder"):
         report.main(["--results", str(tmp_path / "missing")])
+
+
+def test_a_poisson_cell_is_not_a_repetition_of_the_saturating_one(tmp_path):
+    """Same point and tag at another arrival rate: its own A/B row, labelled with its rate, and no
+    saturating baseline."""
+    _cell(tmp_path / "table9", "granikv", 100, lp=16384)
+    _cell(tmp_path / "adhoc", "granikv", 99, lp=16384, tag="nohint")
+    _cell(tmp_path / "adhoc", "granikv", 30, lp=16384, tag="nohint", rate=16.0)
+    rows = {r.label: r for r in report.ab_rows(report.read_results(tmp_path))}
+    assert set(rows) == {"nohint", "nohint (rate 16.0)"}
+    assert rows["nohint"].ab_tok_s == 99 and rows["nohint"].baseline_tok_s == 100
+    assert rows["nohint (rate 16.0)"].ab_tok_s == 30 and rows["nohint (rate 16.0)"].baseline_sweep is None
