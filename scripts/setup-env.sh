@@ -15,6 +15,8 @@
 #         (e.g. https://download.pytorch.org/whl/cu128). auto picks it when `nvidia-smi -L`
 #         lists a GPU but $PYTHON has no CUDA torch.
 # The GPU modes end by checking torch.cuda.is_available().
+# GRANIKV_SETUP_DRY_RUN=1 prints the resolved mode and the torch step, and changes nothing
+# (tests/test_setup_env.py checks the resolution with stand-in interpreters and nvidia-smi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -29,6 +31,15 @@ if [[ "$MODE" == auto ]]; then
     fi
 fi
 case "$MODE" in cpu|host|cuda) ;; *) echo "GRANIKV_TORCH must be auto, cpu, host or cuda, got '$MODE'" >&2; exit 2 ;; esac
+if [[ -n "${GRANIKV_SETUP_DRY_RUN:-}" ]]; then
+    case "$MODE" in
+        cpu) STEP='pip install torch==2.13.0 (the CPU build)' ;;
+        cuda) STEP="pip install torch==2.13.0${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}" ;;
+        host) STEP="keep $("$PY" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))') (.pth)" ;;
+    esac
+    echo "mode=$MODE torch: $STEP"
+    exit 0
+fi
 SUFFIX=""
 [[ "$MODE" == cpu ]] || SUFFIX="-$MODE"  # the CPU stamp keeps its name: CPU venvs stay finished
 STAMP=.venv/.granikv-setup-$(sha1sum pyproject.toml | cut -c1-12)$SUFFIX
