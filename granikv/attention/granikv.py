@@ -143,8 +143,8 @@ class GraniKVBackend(AttentionBackend):
         range [s, s + length), else None. The COLD pool hands a prompt's slots out in one slice of
         its free stack, so a prefix prefilled while the pool is unfragmented sits in one range: the
         slab form of the pass reads it with contiguous loads, where the page-row form gathers every
-        token through the slot table (~3.0 against ~4.1 TB/s on an H200 at 64 classes of 4
-        requests, Lp=8K: results/h200/microbench/prefix-rule.json)."""
+        token through the slot table at a lower bandwidth (the kernel sweep's two forms,
+        docs/generated/prefix-rule.md)."""
         hit = self._contig.get(rep.key) or cache.get(rep.key)
         if hit is not None and hit[0] is rep.slots and hit[1] == length:
             cache[rep.key] = hit
