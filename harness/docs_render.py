@@ -279,6 +279,14 @@ def render_graphs(src: Sources) -> str:
     return "\n".join(out) + "\n"
 
 
+def render_prefix_rule(src: Sources) -> str:
+    """docs/generated/prefix-rule.md, rendered by harness.docs_prefix_rule (which imports this
+    module's helpers, hence the import here)."""
+    from harness.docs_prefix_rule import render
+
+    return render(src)
+
+
 def render_specialize(src: Sources) -> str:
     """The prefix pass with and without Triton's int specialization, per launch and first call."""
     rel = f"{H200}/microbench/specialize.json"
@@ -520,7 +528,7 @@ GENERATORS: dict[str, Callable[[Sources], str]] = {
     "serving-ab": render_serving_ab,
     "api-ab": render_api_ab,
     "sampling-ab": render_sampling_ab,
-    "prefix-rule": lambda src: __import__("harness.docs_prefix_rule", fromlist=["render"]).render(src),
+    "prefix-rule": render_prefix_rule,
     "graphs": render_graphs,
     "specialize": render_specialize,
     "host": render_host,

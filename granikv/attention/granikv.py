@@ -87,16 +87,21 @@ class GraniKVBackend(AttentionBackend):
             for i in members:
                 kv_start[i] = start + length
 
-        def settle(cands: list[tuple]) -> None:
+        def settle(cands: list[tuple]) -> set[str]:
             """Per pass kind, its classes take the pass together when the launch pays for itself
-            (DispatchPolicy.pays: re-reads avoided summed over the launch's classes)."""
+            (DispatchPolicy.pays: re-reads avoided summed over the launch's classes). Returns the
+            kinds that run."""
             by_kind: dict[str, list[tuple]] = {}
             for c in cands:
                 by_kind.setdefault(c[0], []).append(c)
+            paid = set()
             for kind, cs in by_kind.items():
                 ok = kind != PLAIN and self.policy.pays((len(c[1]), c[2]) for c in cs)
+                if ok:
+                    paid.add(kind)
                 for c in cs:
                     add(c[0] if ok else PLAIN, *c[1:])
+            return paid
 
         min_size = self.policy.min_class_size
         heads: list[tuple] = []
@@ -105,6 +110,7 @@ class GraniKVBackend(AttentionBackend):
                 heads.append((self.policy.kind(len(members), length), members, length, base, True))
         lcp: dict[tuple, tuple] = {}
         contig: dict[object, tuple] = {}
+        cold_slab_kinds: list[str] = []  # the kind of each COLD class read as a slab
         for first, idx in cold.items():
             if len(idx) < min_size:
                 continue
@@ -113,11 +119,12 @@ class GraniKVBackend(AttentionBackend):
                 base = (self._contiguous_base(batch.reqs[rep], length, contig)
                         if kind != PLAIN and self.cold_range_as_slab else None)
                 if base is not None:  # one contiguous range of slots: read it as a slab
-                    self.counters.contiguous_cold += 1
+                    cold_slab_kinds.append(kind)
                     heads.append((kind, members, length, base, True))
                 else:
                     heads.append((PLAIN if kind == PLAIN else ROWS, members, length, batch.reqs[rep].row, False))
-        settle(heads)
+        paid = settle(heads)
+        self.counters.contiguous_cold += sum(k in paid for k in cold_slab_kinds)
         if self.nested and kv_start is not None:
             ext: dict[tuple[int, int], list[int]] = {}
             for i, start in enumerate(kv_start):

@@ -142,7 +142,7 @@ def pass_kind(plan: Plan, m_sat: int, n: int, lp: int, form: str) -> str:
     if form == "rows":
         return ROWS
     # min_prefix_len 0: the bench takes the pass at every Lp; only dense vs cascade is asked
-    return DispatchPolicy(group_size=plan.hq // plan.hkv, m_sat=m_sat, min_prefix_len=0).choose(n, lp)
+    return DispatchPolicy(group_size=plan.hq // plan.hkv, m_sat=m_sat, min_prefix_len=0).kind(n, lp)
 
 
 def closures(space: Space, pt: dict, kind: str):
