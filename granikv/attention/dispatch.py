@@ -11,8 +11,8 @@ the paged baseline by more than noise.
 "Pays for" is measured, not assumed. A prefix pass kind adds fixed launches per layer (the
 zero-filled partial output, the pass and the LSE merge) whatever the number of classes the launch
 covers (the kernel sweep fits it as the intercept b, docs/generated/prefix-rule.md); what it
-saves is the classes' other n-1 requests re-reading their prefixes, partly served from L2 in the paged path when a prefix is
-short. So the rule is per launch: the classes of one pass kind take it together when the K/V
+saves is the classes' other n-1 requests re-reading their prefixes, partly served from L2 in the
+paged path when a prefix is short. So the rule is per launch: the classes of one pass kind take it together when the K/V
 re-reads they avoid per layer, summed over the classes (sum of (n-1) * Lp * bytes_per_token),
 reach `min_saved_bytes`; otherwise every class of that kind reads on the plain path. For one
 class alone that is (n-1) * Lp * bytes_per_token >= min_saved_bytes, which the served Table 9
