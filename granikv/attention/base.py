@@ -67,6 +67,13 @@ class AttentionBackend:
         serving run. Paged decode has no prefix pass."""
         return [()]
 
+    def warm_class_signatures(self, n: int, max_classes: int) -> list[tuple]:
+        """Plan signatures of a decode step of n requests split evenly over 2, 4, ... up to
+        `max_classes` shared prefixes (a multi-prefix or multi-agent run at its steady batch
+        size), captured at start-up for the batch size a run sits at. Only backends that form
+        several prefix classes in one step have them."""
+        return []
+
     def warm_extend(self) -> int:
         """Compile the extend kernel's variants at start-up (KernelOps.warm_extend)."""
         return self.ops.warm_extend(self.k_cache[0], self.v_cache[0], self.slot_table, self.num_q_heads,

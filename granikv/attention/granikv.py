@@ -208,5 +208,23 @@ class GraniKVBackend(AttentionBackend):
                     sigs.append(((kind, 1, _pow2(n), True), (EXT, c, _pow2(-(-n // c)), False)))
         return sigs
 
+    def warm_class_signatures(self, n: int, max_classes: int) -> list[tuple]:
+        """C classes of about n/C requests each (C = 2, 4, ..., while a class keeps two
+        requests), at the padded class size and at twice it (a real run's classes are uneven: k=3
+        pads to 4 classes, a hetero class outgrows n/C), in the slab form and in the rows form
+        (COLD classes before a promotion commits)."""
+        sigs: list[tuple] = []
+        c = 2
+        while c <= max_classes and 2 * c <= n:
+            size = -(-n // c)
+            kind = self.policy.kind(size, max(self.policy.min_prefix_len, 1 << 20))
+            if kind != PLAIN:
+                for s in dict.fromkeys((_pow2(size), min(2 * _pow2(size), _pow2(n)))):
+                    sigs.append(((kind, c, s, True),))
+                    if self.cold_classes:
+                        sigs.append(((ROWS, c, s, False),))
+            c *= 2
+        return sigs
+
     def stats(self) -> dict:
         return self.counters.as_dict()

@@ -16,6 +16,7 @@ from granikv.attention.dispatch import DispatchPolicy
 from granikv.attention.granikv import GraniKVBackend
 from granikv.attention.ops import KernelOps
 from granikv.attention.paged import PagedBackend
+from granikv.attention.plan import _pow2
 from granikv.engine.graphs import DecodeGraphs
 
 BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512)
@@ -91,6 +92,8 @@ def test_ahead_keys_stop_at_max_running():
     # a lone request takes the plain path; 2..8 requests the cascade pass (2..8 x g < m_sat) over
     # a slab, or the rows pass over a COLD run (no hint, nothing promoted yet); a head class with
     # 1, 2, 4 or 8 agents' extension classes of two requests at least (nested sharing)
+    # and at the steady batch of 8, two or four prefixes' classes (padded size and twice it, slab
+    # and rows form)
     assert graphs.ahead_keys(backend, 8) == [
         (1, ()), (2, ()), (2, (("cascade", 1, 2, True),)), (2, (("rows", 1, 2, False),)),
         (2, (("cascade", 1, 2, True), ("ext", 1, 2, False))),
@@ -98,4 +101,53 @@ def test_ahead_keys_stop_at_max_running():
         (4, (("cascade", 1, 4, True), ("ext", 1, 4, False))), (4, (("cascade", 1, 4, True), ("ext", 2, 2, False))),
         (8, ()), (8, (("cascade", 1, 8, True),)), (8, (("rows", 1, 8, False),)),
         (8, (("cascade", 1, 8, True), ("ext", 1, 8, False))), (8, (("cascade", 1, 8, True), ("ext", 2, 4, False))),
-        (8, (("cascade", 1, 8, True), ("ext", 4, 2, False)))]
+        (8, (("cascade", 1, 8, True), ("ext", 4, 2, False))),
+        (8, (("cascade", 2, 4, True),)), (8, (("rows", 2, 4, False),)), (8, (("cascade", 2, 8, True),)),
+        (8, (("rows", 2, 8, False),)), (8, (("cascade", 4, 2, True),)), (8, (("rows", 4, 2, False),)),
+        (8, (("cascade", 4, 4, True),)), (8, (("rows", 4, 4, False),))]
+
+
+def _multi_batch(sizes: list[int], form: str) -> StepBatch:
+    """One request per entry of `sizes` summed: len(sizes) prefixes of LP tokens, prefix j read by
+    sizes[j] requests, from a HOT slab (`slab`), a COLD slot range (`range`) or scattered COLD
+    slots (`scattered`)."""
+    reqs = []
+    for j, size in enumerate(sizes):
+        start = 1 + j * 2 * LP
+        prefix = (start + 2 * np.arange(LP) if form == "scattered" else start + np.arange(LP)).astype(np.int32)
+        for _ in range(size):
+            i = len(reqs)
+            own = np.arange(10_000_000 + 1000 * i, 10_000_000 + 1000 * i + 20 + i % 7, dtype=np.int32)
+            slots = np.concatenate([prefix, own])
+            reqs.append(ReqView(row=i, seq_len=len(slots), prefix_len=len(slots) - 1,
+                                slab=(start, LP) if form == "slab" else None, slots=slots, key=i))
+    return StepBatch(mode="decode", reqs=reqs, num_tokens=len(reqs), out_slots=None, rows=None,
+                     prefix_lens=None, qo_indptr=None, seq_lens=None)
+
+
+def _split(n: int, k: int, skew: int) -> list[int]:
+    """n requests over k prefixes, as even as n allows, then `skew` requests moved from the
+    last prefix to the first (a heterogeneous run's classes are uneven)."""
+    sizes = [n // k + (j < n % k) for j in range(k)]
+    moved = min(skew, sizes[-1] - 2)
+    sizes[0] += moved
+    sizes[-1] -= moved
+    return sizes
+
+
+@pytest.mark.parametrize("form", ["slab", "range", "scattered"])
+@pytest.mark.parametrize("min_saved_mib", [0, 192])
+def test_multi_prefix_steady_batches_use_graphs_captured_at_start(form, min_saved_mib):
+    """A closed-loop run at max_running over k prefixes (Table 20's k, Table 21's uneven hetero
+    classes, the agents' heads) sits at one batch size for most of its steps: its graph is
+    captured at start, not when the run first meets it."""
+    backend = _backend("granikv", 2048, min_saved_mib)
+    graphs = DecodeGraphs(model=None, backend=backend, slot_table=None, pad_row=0, buckets=BUCKETS)
+    for max_running in (256, 200, 512):
+        keys = set(graphs.ahead_keys(backend, max_running))
+        for k in (2, 3, 4, 5, 8, 16, 32, 64):
+            for skew in (0, 1, max_running // (4 * k)):
+                sizes = _split(max_running, k, skew)
+                sig = backend.plan_decode(_multi_batch(sizes, form)).signature()
+                assert len(sig) == 1 and sig[0][1] == _pow2(k), (k, sizes, sig)  # one pass, k classes
+                assert (graphs.bucket_for(max_running), sig) in keys, (max_running, k, sizes, sig)
