@@ -31,8 +31,9 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -226,8 +227,9 @@ def client_config(cfg: DictConfig) -> ClientConfig:
         api=str(cfg.client.get("api", "generate")), model=cfg.client.get("model"))
 
 
-def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
-    """Measure the cell; return the result document and where it was written."""
+def run_cell(cfg: DictConfig, run_dir: Path, stopped: threading.Event | None = None) -> tuple[dict[str, Any], Path]:
+    """Measure the cell; return the result document and where it was written. Once `stopped` is
+    set (SIGTERM), no result is written: the run was cut short."""
     from harness.client import run_benchmark
     from harness.workloads import read_workload
 
@@ -315,6 +317,8 @@ def run_cell(cfg: DictConfig, run_dir: Path) -> tuple[dict[str, Any], Path]:
             "error": "the profiler capture needs the bundled engine's POST /profile"}
     if out.exists() and not cfg.overwrite:  # a parallel run won the race: still never overwrite
         raise FileExistsError(out)
+    if stopped is not None and stopped.is_set():
+        raise SystemExit(128 + signal.SIGTERM)
     write_json_atomic(out, doc)
     return doc, out
 
@@ -334,17 +338,24 @@ def _run_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    # SIGTERM (Snakemake or a user stopping the job) must unwind through launch()'s finally, so
-    # the server is stopped too; Python's default would exit without running it.
-    raise SystemExit(128 + signum)
+def _terminator(stopped: threading.Event) -> Callable[[int, Any], None]:
+    """The SIGTERM handler. SIGTERM (Snakemake, harness.batch's deadline, a user stopping the
+    job) must unwind through launch()'s finally, so the server is stopped too; Python's default
+    would exit without running it. The SystemExit alone is not enough: raised inside aiohttp's
+    protocol callback (which catches BaseException) it becomes one failed request and the run
+    goes on, so the event also tells run_cell not to write a result."""
+    def terminate(signum: int, _frame: Any) -> None:
+        stopped.set()
+        raise SystemExit(128 + signum)
+    return terminate
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    signal.signal(signal.SIGTERM, _terminate)
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, _terminator(stopped))
     try:
-        doc, out = run_cell(cfg, _run_dir())
+        doc, out = run_cell(cfg, _run_dir(), stopped=stopped)
     except FileExistsError as e:
         print(f"result {e.args[0]} exists; not overwriting it (pass overwrite=true to measure again)", file=sys.stderr)
         sys.exit(EXIT_EXISTS)

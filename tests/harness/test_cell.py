@@ -10,6 +10,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -214,6 +215,25 @@ def test_a_cell_refuses_a_busy_gpu_before_starting_its_server(tmp_path, monkeypa
     monkeypatch.setattr(cell_env, "gpu_memory", lambda: None)  # no nvidia-smi (a CPU host): no check
     cfg.server.busy_gpu_mib = 2048
     assert cell_env.check_gpus_idle(cfg) is None
+
+
+def test_a_cell_stopped_during_its_run_writes_no_result(tmp_path):
+    """SIGTERM raised inside aiohttp's protocol callback is caught there and becomes one failed
+    request (harness.batch's deadline once left such a cell's 499-of-500 result behind): the
+    handler's event, not the exception, is what keeps the result file from being written."""
+    cfg = _compose("model=tiny", "hardware=cpu", "workload=burst", "lp=16", "batch=2", "num_prompts=2",
+                   "output_len=3", "workload.suffix_len=4", "warmup=0", f"results_dir={tmp_path}/r",
+                   f"workloads_dir={tmp_path}/w", FAKE)
+    stopped = threading.Event()
+    stopped.set()
+    with pytest.raises(SystemExit):
+        cell.run_cell(cfg, tmp_path / "run", stopped=stopped)
+    assert not cell_config.result_path(cfg).exists()
+    assert (tmp_path / "run" / "client.json").exists()  # the run itself happened
+    handler = cell._terminator(ev := threading.Event())
+    with pytest.raises(SystemExit):
+        handler(signal.SIGTERM, None)
+    assert ev.is_set()
 
 
 def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):
