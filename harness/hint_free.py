@@ -107,8 +107,9 @@ def load_cells(results: Path) -> list[Cell]:
 
 
 def row_cells(point: Point, cells: Sequence[Cell]) -> dict[str, Cell]:
-    """The point's cells by column: paged and cascade (either tag: they ignore the hint), granikv's
-    `hint` and `nohint`."""
+    """The point's cells by column: paged and cascade (either tag: they take the hint only as the
+    key same-prefix requests wait on, which groups these workloads' requests the same either way),
+    granikv's `hint` and `nohint`."""
     out: dict[str, Cell] = {}
     for c in cells:
         cfg = c.doc["config"]
