@@ -108,7 +108,9 @@ def load_cells(results: Path) -> list[Cell]:
 
 def row_cells(point: Point, cells: Sequence[Cell]) -> dict[str, Cell]:
     """The point's cells by column: paged and cascade (either tag: they take the hint only as the
-    key same-prefix requests wait on, which groups these workloads' requests the same either way),
+    key same-prefix requests wait on at admission; with prefixes that differ from their first
+    token it groups the requests as the no-hint key does, and for agents the hinted key, one per
+    agent prompt, is the one that spares each agent's role prompt a prefill per request),
     granikv's `hint` and `nohint`."""
     out: dict[str, Cell] = {}
     for c in cells:
