@@ -97,7 +97,8 @@ class Request:
     # storage the prompt's tokens, and converting a 16K-token list each time is host time per
     # request that grows with Lp (harness.diagnostics.admission)
     prompt_arr: np.ndarray = field(default=None, repr=False)  # type: ignore[assignment]
-    prefix_key: tuple[int, bytes] | None = field(default=None, repr=False)  # the scheduler's, cached
+    # the scheduler's block chain of the prompt (Scheduler._prefix_blocks), built once
+    prefix_blocks: tuple[list[int], list[int]] | None = field(default=None, repr=False)
     # the request's own torch.Generator when its params have a seed (made at its first sampled
     # token, kept across retractions: the draws continue where they stopped)
     generator: Any = field(default=None, repr=False)

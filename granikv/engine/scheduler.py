@@ -15,12 +15,16 @@ re-prefilled later). No request is lost.
 
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from granikv.engine.request import Request, Status
+
+_HASH_BASE = np.uint64(0x100000001B3)  # odd: the powers never vanish mod 2^64
+_HASH_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
 @dataclass
@@ -41,7 +45,7 @@ class Step:
 
 class Scheduler:
     def __init__(self, storage, max_running: int, max_context: int, chunked_prefill_tokens: int,
-                 on_row_assigned=None, defer_prefix_tokens: int = 64) -> None:
+                 on_row_assigned=None, defer_block_tokens: int = 16) -> None:
         self.storage = storage
         self.max_running = max_running
         self.max_context = max_context
@@ -49,9 +53,11 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admitted (prefilling or decoding)
         self.on_row_assigned = on_row_assigned  # callback(req, slots): write the slot-table row
-        # in-batch prefix sharing: a request whose prompt starts like one still being prefilled
-        # waits for that prefill to be cached instead of recomputing (and re-storing) the prefix
-        self.defer_prefix_tokens = defer_prefix_tokens
+        # in-batch prefix sharing: a request whose prompt starts like the part of another prompt
+        # still being prefilled waits for that prefill to be cached instead of recomputing (and
+        # re-storing) it; prompts are compared by blocks of this many tokens (`_prefix_blocks`)
+        self.defer_block_tokens = defer_block_tokens
+        self._powers = np.zeros(0, dtype=np.uint64)  # _HASH_BASE ** (j + 1) mod 2^64, grown on demand
         self.retractions = 0
         self.hot_admits = 0
         self.hot_fallbacks = 0
@@ -79,20 +85,36 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     # -- admission -----------------------------------------------------------------------------
-    def _prefix_key(self, req: Request) -> tuple[int, bytes]:
-        """(length, bytes) of the prompt's leading tokens that same-prefix requests share; the
-        prompt never changes, so it is built once per request (a 16K-token tuple per request per
-        scheduling pass was ~0.1 ms each on the H200 host)."""
-        if req.prefix_key is None:
-            n = min(req.shared_prefix_len or self.defer_prefix_tokens, len(req.input_ids) - 1)
-            req.prefix_key = (n, req.prompt_arr[:n].tobytes())
-        return req.prefix_key
+    def _prefix_blocks(self, req: Request) -> tuple[list[int], list[int]]:
+        """(keys, ends) of the prompt's leading blocks: block i covers tokens [0, end_i), whole
+        blocks of `defer_block_tokens` and a last partial one, up to the prompt's last token
+        (always computed). Why blocks, not one key of the hinted length: two prompts share a
+        block when they agree up to its end, so a request waits on whatever part of its prompt
+        another request is computing — one system prompt, then each agent's role prompt behind
+        it — with no hint from the client. A block's key is a polynomial hash of its whole
+        prefix (one cumulative sum per prompt, mod 2^64, with its end mixed in); a collision
+        only makes a request wait for another's prefill. Built once: the prompt never changes."""
+        if req.prefix_blocks is None:
+            b = self.defer_block_tokens
+            n = len(req.prompt_arr) - 1
+            ends = np.arange(b, n, b, dtype=np.int64)
+            if n > 0:
+                ends = np.append(ends, n)
+            if len(self._powers) < n:
+                self._powers = np.cumprod(np.full(max(n, 2 * len(self._powers)), _HASH_BASE, dtype=np.uint64))
+            with np.errstate(over="ignore"):
+                terms = (req.prompt_arr[:n].astype(np.uint64) + np.uint64(1)) * self._powers[:n]
+                sums = np.cumsum(terms, dtype=np.uint64)
+                keys = sums[ends - 1] ^ (ends.astype(np.uint64) * _HASH_MIX) if n > 0 else sums[:0]
+            req.prefix_blocks = (keys.tolist(), ends.tolist())
+        return req.prefix_blocks
 
-    def _prefix_cached(self, req: Request, key: tuple[int, bytes]) -> bool:
-        """Whether the request's admission found its prefix cached (paged storage caches whole
-        pages only, so up to P-1 tokens of the key may be recomputed)."""
-        page = getattr(self.storage, "P", 1)
-        return req.cached_tokens + page > key[0]
+    def _computing(self, req: Request) -> list[int]:
+        """The blocks of the request's prompt its own prefill computes: those not found cached at
+        admission (paged storage caches whole pages only, so up to P-1 cached tokens may be
+        recomputed)."""
+        keys, ends = self._prefix_blocks(req)
+        return keys[bisect.bisect_left(ends, req.cached_tokens + getattr(self.storage, "P", 1)):]
 
     def _admit(self, req: Request) -> bool:
         if len(self.running) >= self.max_running:
@@ -151,15 +173,13 @@ class Scheduler:
     def _schedule_prefill(self) -> Step | None:
         budget = self.chunk_tokens
         items: list[PrefillItem] = []
-        # prefixes being computed right now and not cached yet: a request starting with one of
-        # them waits until it is cached (once cached, any number of requests reuse it at once)
-        in_flight: set[tuple[int, bytes]] = set()
+        # prompt blocks being computed right now and not cached yet: a request whose prompt
+        # starts with one of them waits until it is cached (then any number reuse it at once)
+        in_flight: set[int] = set()
         # continue requests whose prompt is partly prefilled (chunked prefill) first
         for req in self.running:
             if req.kv_len < req.prefill_target:
-                key = self._prefix_key(req)
-                if not self._prefix_cached(req, key):
-                    in_flight.add(key)
+                in_flight.update(self._computing(req))
                 if budget <= 0:
                     continue
                 n = min(budget, req.prefill_target - req.kv_len)
@@ -168,15 +188,13 @@ class Scheduler:
         deferred: list[Request] = []
         while self.waiting and budget > 0:
             req = self.waiting[0]
-            key = self._prefix_key(req)
-            if key in in_flight and req.retractions == 0:
+            if in_flight and req.retractions == 0 and not in_flight.isdisjoint(self._prefix_blocks(req)[0]):
                 deferred.append(self.waiting.popleft())  # reuse the prefix once it is cached
                 continue
             if not self._admit(req):
                 break
             self.waiting.popleft()
-            if not self._prefix_cached(req, key):
-                in_flight.add(key)
+            in_flight.update(self._computing(req))
             if req.kv_len >= req.prefill_target:
                 # fully cached prompt: recompute the last token so there are logits to sample
                 req.kv_len = req.prefill_target - 1

@@ -18,8 +18,9 @@ def workload(k, lp, n, suffix_len=4, output_len=4):
 
 def rc(num_slots, batch, **kw):
     kw.setdefault("warmup_requests", 0)
-    return R.ReplayConfig(num_slots=num_slots, batch=batch, model="tiny", max_context=256,
-                          chunked_prefill_tokens=512, page_size=4, **kw)
+    kw.setdefault("max_context", 256)
+    return R.ReplayConfig(num_slots=num_slots, batch=batch, model="tiny", chunked_prefill_tokens=512, page_size=4,
+                          **kw)
 
 
 def test_no_pressure_computes_each_prefix_once_and_every_output():
@@ -105,3 +106,17 @@ def test_an_arrival_lag_delays_refills_but_serves_everything():
     assert slow.decode_tokens == fast.decode_tokens
     assert slow.decode_steps >= fast.decode_steps  # refills wait, so steps run smaller batches
     assert (slow.decode_steps, slow.class_sizes) == (again.decode_steps, again.class_sizes)  # seeded
+
+
+@pytest.mark.parametrize("system", ["paged", "cascade", "granikv"])
+def test_agents_compute_the_head_and_each_role_prompt_once(system):
+    """k agents behind one system prompt, no hint from the client: a request waits on whatever
+    part of its prompt another request is computing (the scheduler compares prompts by blocks of
+    16 tokens), so the common head is prefilled once and each agent's role prompt once, not once
+    per request of the agent."""
+    cfg = WorkloadConfig.for_kind("agents", k=3, lp=128, la=128, num_requests=24, suffix="synthetic", suffix_len=4,
+                                  output_len=4, vocab_size=1024, arrival="burst")
+    reqs = generate(cfg)
+    r = R.replay(system, reqs, rc(20000, 8, send_prefix_hint=False, max_context=512))
+    assert r.requests == 24 and r.retractions == 0
+    assert r.prefill_tokens == 128 + 3 * 128 + sum(len(q.input_ids) - 256 for q in reqs)
