@@ -31,7 +31,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CHANGES_PATH = Path(__file__).resolve().parent / "data" / "engine_changes.yaml"
-SCOPE_KEYS = frozenset({"systems", "workloads", "tp", "min_lp", "max_lp", "min_batch", "min_k", "max_k"})
+SCOPE_KEYS = frozenset({"systems", "workloads", "tp", "min_lp", "max_lp", "min_batch", "min_k", "max_k",
+                        "untagged"})
 _LOWER = (("lp", "min_lp"), ("batch", "min_batch"), ("k", "min_k"))
 _UPPER = (("lp", "max_lp"), ("k", "max_k"))
 
@@ -42,6 +43,11 @@ def _num(value: Any) -> float:
         return float(value)
     except (TypeError, ValueError):
         return math.nan
+
+
+def _tagged(tag: Any) -> bool:
+    """Whether a cell carries an A/B tag (a cell frame holds NaN where a cell has none)."""
+    return tag is not None and tag == tag and str(tag) != ""
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,8 @@ class EngineChange:
         if "workloads" in s and str(config.get("workload")) not in s["workloads"]:
             return False
         if "tp" in s and _num(config.get("tp")) not in s["tp"]:
+            return False
+        if s.get("untagged") and _tagged(config.get("tag")):  # a change of a default: an A/B sets it
             return False
         if any(bound in s and not _num(config.get(key)) >= s[bound] for key, bound in _LOWER):
             return False

@@ -155,6 +155,20 @@ def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
+def stale_marker(cells: Sequence[Cell], changes: Sequence[Any] | None = None) -> str:
+    """"§" when a row's cell predates a listed engine change in its scope (harness.engine_changes),
+    "" when none does or git cannot tell (a shallow clone)."""
+    from harness.engine_changes import Ancestry, load_changes, predated
+
+    changes = load_changes() if changes is None else changes
+    ancestry = Ancestry()
+    for c in cells:
+        missing = predated(c.doc["config"], str(c.doc.get("env", {}).get("git_sha") or "unknown"), changes, ancestry)
+        if missing:
+            return "§"
+    return ""
+
+
 def render(results: Path) -> str:
     cells = load_cells(results)
     header = ("workload point (B=256)", "metric", "paged", "cascade", "granikv hint", "granikv no hint",
@@ -167,7 +181,10 @@ def render(results: Path) -> str:
              "(one rep each; `—`: not measured in that call). Closed-loop rows: output tok/s (higher is "
              "better); the Poisson row: TPOT p50 ms (lower is better). No-hint classes: of the measured run's "
              "decode steps, the share that ran each shared-run pass (classes per such step), and the readers "
-             "re-pointed by promotions (docs/ARCHITECTURE.md, Storage and Attention).", "",
+             "re-pointed by promotions (docs/ARCHITECTURE.md, Storage and Attention). § after a row's "
+             "label: one of its cells predates a later engine change listed in "
+             "`harness/data/engine_changes.yaml` (`python -m harness.engine_changes --results <dir> "
+             "--sweep adhoc`).", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     sources = []
     for point, bars in POINTS:
@@ -184,7 +201,7 @@ def render(results: Path) -> str:
             judged.append(f"{bar.text()}: {'—' if met is None else ('met' if met else 'not met')}")
         spec = ".0f" if point.closed_loop else ".2f"
         lines.append("| " + " | ".join((
-            point.label, "output tok/s" if point.closed_loop else "TPOT p50 ms",
+            point.label + stale_marker(list(by.values())), "output tok/s" if point.closed_loop else "TPOT p50 ms",
             *(_fmt(val[c], spec) for c in COLUMNS), *(_fmt(ratio[o], ".3f") for o in ("hint", "cascade", "paged")),
             "; ".join(judged), class_summary(by["nohint"].doc) if "nohint" in by else "—",
             "/".join(sorted({c.git for c in by.values()})))) + " |")

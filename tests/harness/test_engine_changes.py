@@ -69,6 +69,11 @@ def test_scope_matches_system_workload_and_bounds():
     assert between.applies({"k": 2, "tp": 1}) and between.applies({"k": 16.0, "tp": 1.0})
     assert not between.applies({"k": 1, "tp": 1}) and not between.applies({"k": 64, "tp": 1})
     assert not between.applies({"k": 4, "tp": 2}) and not between.applies({})
+    # a default's change: the cells measured at defaults, not the A/B cells that set it themselves
+    default = engine_changes.EngineChange("abc", "t", scope={"systems": ["granikv"], "untagged": True})
+    assert default.applies({"system": "granikv"}) and default.applies({"system": "granikv", "tag": None})
+    assert default.applies({"system": "granikv", "tag": float("nan")})  # a cell frame's missing tag
+    assert not default.applies({"system": "granikv", "tag": "hint"}) and not default.applies({"system": "paged"})
 
 
 def test_the_list_is_checked(tmp_path):

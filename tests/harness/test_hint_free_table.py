@@ -97,3 +97,18 @@ def test_render_of_a_small_results_folder(tmp_path):
     assert row[10] == "100 steps: cascade 1.00 (1.0/step), promoted readers 3"
     assert "`h200/adhoc/granikv-egraphs.json`" not in text
     assert "multiprefix" not in text  # points without cells are left out
+
+
+def test_a_row_with_a_cell_before_a_listed_change_is_marked():
+    """§ follows git: a cell measured at a commit that lacks an in-scope change marks its row."""
+    from harness.engine_changes import Ancestry, EngineChange
+
+    if Ancestry().contains("9660414", "2983f80") is None:
+        pytest.skip("this clone lacks the commits (shallow)")
+    change = [EngineChange("2983f80", "steady multi-class captures", scope={"systems": ["granikv"], "min_k": 2})]
+    cfg = {"system": "granikv", "k": 16}
+    before = hint_free.Cell("a.json", {"config": cfg, "env": {"git_sha": "9660414"}})
+    after = hint_free.Cell("b.json", {"config": cfg, "env": {"git_sha": "8eca57d"}})
+    out_of_scope = hint_free.Cell("c.json", {"config": {**cfg, "k": 1}, "env": {"git_sha": "9660414"}})
+    assert hint_free.stale_marker([after, before], change) == "§"
+    assert hint_free.stale_marker([after, out_of_scope], change) == ""
