@@ -155,7 +155,9 @@ def test_metrics_follow_the_definition_and_the_injected_delays(server):
     for r in res.records:
         assert r.success and r.output_tokens == 6 and r.prompt_tokens == 10 and r.chunk_tokens == [1] * 6
         assert r.ttft >= 0.08 - SLACK
-        assert min(r.itl) >= 0.02 - SLACK
+        # one late read shortens the next gap by as much, so a single gap has no lower bound on a
+        # busy host; the gaps together span the server's five sleeps less the first read's delay
+        assert sum(r.itl) >= 5 * 0.02 - SLACK
         assert r.latency >= 0.08 + 5 * 0.02 - SLACK
     # Near the injected delays (generous: the host may be busy).
     assert m["median_ttft_ms"] < 80 + 500
