@@ -112,8 +112,8 @@ def test_an_arrival_lag_delays_refills_but_serves_everything():
 def test_agents_compute_the_head_and_each_role_prompt_once(system):
     """k agents behind one system prompt, no hint from the client: a request waits on whatever
     part of its prompt another request is computing (the scheduler compares prompts by blocks of
-    16 tokens), so the common head is prefilled once and each agent's role prompt once, not once
-    per request of the agent."""
+    16 tokens), so the common head is prefilled once and each agent's role prompt once, not again by
+    the agent's requests admitted while it is being computed."""
     cfg = WorkloadConfig.for_kind("agents", k=3, lp=128, la=128, num_requests=24, suffix="synthetic", suffix_len=4,
                                   output_len=4, vocab_size=1024, arrival="burst")
     reqs = generate(cfg)
