@@ -107,11 +107,9 @@ def load_cells(results: Path) -> list[Cell]:
 
 
 def row_cells(point: Point, cells: Sequence[Cell]) -> dict[str, Cell]:
-    """The point's cells by column: paged and cascade (either tag: they take the hint only as the
-    key same-prefix requests wait on at admission; with prefixes that differ from their first
-    token it groups the requests as the no-hint key does, and for agents the hinted key, one per
-    agent prompt, is the one that spares each agent's role prompt a prefill per request),
-    granikv's `hint` and `nohint`."""
+    """The point's cells by column: paged and cascade (either tag: they ignore the hint;
+    admission waits on prompt blocks another request is computing, hint or not), granikv's
+    `hint` and `nohint`."""
     out: dict[str, Cell] = {}
     for c in cells:
         cfg = c.doc["config"]
@@ -155,13 +153,14 @@ def _fmt(x: float | None, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
-def stale_marker(cells: Sequence[Cell], changes: Sequence[Any] | None = None) -> str:
+def stale_marker(cells: Sequence[Cell], changes: Sequence[Any] | None = None, ancestry: Any = None) -> str:
     """"§" when a row's cell predates a listed engine change in its scope (harness.engine_changes),
-    "" when none does or git cannot tell (a shallow clone)."""
+    "" when none does or git cannot tell (a shallow clone). `changes` and `ancestry` (its git
+    answers cached) are loaded once per table by the caller, else here."""
     from harness.engine_changes import Ancestry, load_changes, predated
 
     changes = load_changes() if changes is None else changes
-    ancestry = Ancestry()
+    ancestry = Ancestry() if ancestry is None else ancestry
     for c in cells:
         missing = predated(c.doc["config"], str(c.doc.get("env", {}).get("git_sha") or "unknown"), changes, ancestry)
         if missing:
@@ -170,7 +169,10 @@ def stale_marker(cells: Sequence[Cell], changes: Sequence[Any] | None = None) ->
 
 
 def render(results: Path) -> str:
+    from harness.engine_changes import Ancestry, load_changes
+
     cells = load_cells(results)
+    changes, ancestry = load_changes(), Ancestry()
     header = ("workload point (B=256)", "metric", "paged", "cascade", "granikv hint", "granikv no hint",
               "no hint / hint", "no hint / cascade", "no hint / paged", "bars (issue #29)", "no-hint classes",
               "git")
@@ -200,8 +202,9 @@ def render(results: Path) -> str:
             met = bar.met(ratio[bar.other])
             judged.append(f"{bar.text()}: {'—' if met is None else ('met' if met else 'not met')}")
         spec = ".0f" if point.closed_loop else ".2f"
+        label = point.label + stale_marker(list(by.values()), changes, ancestry)
         lines.append("| " + " | ".join((
-            point.label + stale_marker(list(by.values())), "output tok/s" if point.closed_loop else "TPOT p50 ms",
+            label, "output tok/s" if point.closed_loop else "TPOT p50 ms",
             *(_fmt(val[c], spec) for c in COLUMNS), *(_fmt(ratio[o], ".3f") for o in ("hint", "cascade", "paged")),
             "; ".join(judged), class_summary(by["nohint"].doc) if "nohint" in by else "—",
             "/".join(sorted({c.git for c in by.values()})))) + " |")
