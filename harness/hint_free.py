@@ -7,8 +7,9 @@ re-point live readers, classes by shared run, COLD rows classes, nested agent cl
 docs/ARCHITECTURE.md "Storage" and "Attention"), and the claim that it needs no hint is a
 comparison of cells measured back to back in one call: the `adhoc/` cells tagged `hint` and
 `nohint` (`client.send_prefix_hint` true/false), beside the paged or cascade cell of the same
-point measured in that call. The table-9-style sweeps are not mixed in: their cells come from
-other calls and other commits.
+point measured in that call. The table-9-style sweeps are not mixed into these rows: their cells
+come from other calls and other commits. The bar that spans Table 9 gets a section of its own
+below the rows (`harness.sweep_bar`).
 
 A row is one workload point (workload, Lp, B, k, arrival rate). Closed-loop points compare output
 throughput; a Poisson point compares TPOT p50 (`metrics.median_tpot_ms`: at a fixed arrival rate
@@ -25,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.sweep_bar import render_section
 
 ADHOC = "adhoc"
 TAGS = ("hint", "nohint")
@@ -209,6 +212,9 @@ def render(results: Path) -> str:
             "; ".join(judged), class_summary(by["nohint"].doc) if "nohint" in by else "—",
             "/".join(sorted({c.git for c in by.values()})))) + " |")
     lines += ["", "Source: " + ", ".join(f"`{p}`" for p in sources) + "."]
+    section = render_section(results)
+    if section:
+        lines += ["", *section]
     return "\n".join(lines) + "\n"
 
 

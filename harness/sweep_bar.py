@@ -1,0 +1,107 @@
+"""Issue #29's sweep bar: GraniKV without the prefix hint at least matches cascade at every k = 1
+ShareGPT point of Table 9 at Lp ≥ 2K.
+
+Why a section of its own beside the A/B rows of `harness.hint_free`: the bar spans a whole sweep,
+so it is judged from the Table 9 cells, not from `adhoc/` cells measured back to back. A point's
+granikv and cascade cells may come from different calls and commits; the section says so and shows
+each side's commits, so a reader can tell a back-to-back ratio (same commit, the Table 3 rows) from
+a cross-call one. Only granikv repetitions measured without the hint count; a point whose granikv
+cells all carry the hint is `pending` (re-measure it: `python -m harness.batch lines table9 --stale
+results/h200`), never judged from the hinted numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SWEEP = "table9"
+MIN_LP = 2048
+
+
+@dataclass
+class SweepPoint:
+    """One (Lp, B) point: throughput per rep of cascade and of granikv without the hint, the number
+    of granikv reps measured with it, and the commits of the cells read."""
+
+    lp: int
+    batch: int
+    cascade: list[float] = field(default_factory=list)
+    nohint: list[float] = field(default_factory=list)
+    hinted: int = 0
+    commits: dict[str, set[str]] = field(default_factory=lambda: {"cascade": set(), "granikv": set()})
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.cascade or not self.nohint:
+            return None
+        return (sum(self.nohint) / len(self.nohint)) / (sum(self.cascade) / len(self.cascade))
+
+    @property
+    def verdict(self) -> str:
+        if not self.nohint:
+            return "pending (granikv hinted)" if self.hinted else "pending (no granikv cell)"
+        if not self.cascade:
+            return "pending (no cascade cell)"
+        return "met" if self.ratio >= 1.0 else "not met"
+
+
+def _eligible(cfg: dict[str, Any]) -> bool:
+    """A plain Table 9 cell of the bar: ShareGPT, k = 1, TP = 1, closed loop, no A/B tag."""
+    return (cfg.get("workload") == "sharegpt" and int(cfg.get("k") or 1) == 1 and int(cfg.get("tp") or 1) == 1
+            and str(cfg.get("rate", "inf")) == "inf" and not cfg.get("tag")
+            and int(cfg.get("lp", 0)) >= MIN_LP)
+
+
+def load_points(results: Path) -> list[SweepPoint]:
+    points: dict[tuple[int, int], SweepPoint] = {}
+    for p in sorted((results / SWEEP).glob("*.json")):
+        doc = json.loads(p.read_text())
+        cfg = doc.get("config", {})
+        if cfg.get("system") not in ("cascade", "granikv") or not _eligible(cfg):
+            continue
+        key = (int(cfg["lp"]), int(cfg["batch"]))
+        pt = points.setdefault(key, SweepPoint(*key))
+        tok = float(doc["metrics"]["output_throughput"])
+        sha = str(doc.get("env", {}).get("git_sha") or "?")[:7]
+        if cfg["system"] == "cascade":
+            pt.cascade.append(tok)
+            pt.commits["cascade"].add(sha)
+        elif (cfg.get("client") or {}).get("send_prefix_hint"):
+            pt.hinted += 1
+        else:
+            pt.nohint.append(tok)
+            pt.commits["granikv"].add(sha)
+    return [points[k] for k in sorted(points)]
+
+
+def _mean(xs: Sequence[float]) -> str:
+    return f"{sum(xs) / len(xs):.0f} ({len(xs)})" if xs else "—"
+
+
+def render_section(results: Path) -> list[str]:
+    """The section's Markdown lines; none when the results hold no Table 9 cell of the bar."""
+    points = load_points(results)
+    if not points:
+        return []
+    header = ("Lp", "B", "cascade (reps)", "granikv no hint (reps)", "granikv reps hinted", "no hint / cascade",
+              "≥ 1 × cascade", "git cascade", "git granikv")
+    lines = ["## Sweep bar: no hint ≥ cascade at every k = 1 ShareGPT point of Table 9, Lp ≥ 2K", "",
+             f"Output tok/s, mean over the repetitions in `{results.name}/{SWEEP}/` (their number in brackets); "
+             "only granikv repetitions measured without the hint count, and a point with none is pending. "
+             "The two sides may come from different calls: a point whose two `git` columns agree was "
+             "measured at one commit.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for pt in points:
+        r = pt.ratio
+        lines.append("| " + " | ".join((
+            str(pt.lp), str(pt.batch), _mean(pt.cascade), _mean(pt.nohint), str(pt.hinted),
+            "—" if r is None else f"{r:.3f}", pt.verdict,
+            "/".join(sorted(pt.commits["cascade"])) or "—", "/".join(sorted(pt.commits["granikv"])) or "—")) + " |")
+    judged = [pt for pt in points if pt.ratio is not None]
+    met = sum(pt.verdict == "met" for pt in judged)
+    lines += ["", f"Met at {met} of {len(judged)} judged points; {len(points) - len(judged)} pending."]
+    return lines
