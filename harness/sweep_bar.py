@@ -12,11 +12,13 @@ results/h200`), never judged from the hinted numbers.
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from harness.results import load_cells
 
 SWEEP = "table9"
 MIN_LP = 2048
@@ -49,28 +51,35 @@ class SweepPoint:
         return "met" if self.ratio >= 1.0 else "not met"
 
 
-def _eligible(cfg: dict[str, Any]) -> bool:
-    """A plain Table 9 cell of the bar: ShareGPT, k = 1, TP = 1, closed loop, no A/B tag."""
-    return (cfg.get("workload") == "sharegpt" and int(cfg.get("k") or 1) == 1 and int(cfg.get("tp") or 1) == 1
-            and str(cfg.get("rate", "inf")) == "inf" and not cfg.get("tag")
-            and int(cfg.get("lp", 0)) >= MIN_LP)
+def _value(row: Any, key: str, default: Any) -> Any:
+    """The row's value of a config key, `default` where the cell has none (NaN in the frame)."""
+    v = row.get(key)
+    return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _eligible(row: Any) -> bool:
+    """A plain Table 9 cell of the bar: ShareGPT, k = 1, TP = 1, closed loop, no A/B tag, cascade
+    or GraniKV proper (`variant` tells a forced-cascade GraniKV cell apart)."""
+    return (row["variant"] in ("cascade", "granikv") and row.get("config.workload") == "sharegpt"
+            and int(_value(row, "config.k", 1)) == 1 and int(_value(row, "config.tp", 1)) == 1
+            and str(_value(row, "config.rate", "inf")) == "inf" and not _value(row, "config.tag", "")
+            and int(row["config.lp"]) >= MIN_LP)
 
 
 def load_points(results: Path) -> list[SweepPoint]:
+    frame = load_cells(results, [SWEEP]) if (results / SWEEP).is_dir() else None
     points: dict[tuple[int, int], SweepPoint] = {}
-    for p in sorted((results / SWEEP).glob("*.json")):
-        doc = json.loads(p.read_text())
-        cfg = doc.get("config", {})
-        if cfg.get("system") not in ("cascade", "granikv") or not _eligible(cfg):
+    for _, row in ([] if frame is None else frame.iterrows()):
+        if not _eligible(row):
             continue
-        key = (int(cfg["lp"]), int(cfg["batch"]))
+        key = (int(row["config.lp"]), int(row["config.batch"]))
         pt = points.setdefault(key, SweepPoint(*key))
-        tok = float(doc["metrics"]["output_throughput"])
-        sha = str(doc.get("env", {}).get("git_sha") or "?")[:7]
-        if cfg["system"] == "cascade":
+        tok = float(row["metrics.output_throughput"])
+        sha = str(row["env.git_sha"])[:7]
+        if row["variant"] == "cascade":
             pt.cascade.append(tok)
             pt.commits["cascade"].add(sha)
-        elif (cfg.get("client") or {}).get("send_prefix_hint"):
+        elif bool(_value(row, "config.client.send_prefix_hint", False)):
             pt.hinted += 1
         else:
             pt.nohint.append(tok)

@@ -15,9 +15,11 @@ from harness import sweep_bar
 
 def _cell(root: Path, name: str, system: str, lp: int, batch: int, tok: float, hint: bool = False,
           sha: str = "aaaaaaa1", **cfg) -> None:
-    doc = {"config": {"system": system, "workload": "sharegpt", "lp": lp, "batch": batch, "k": 1, "tp": 1,
-                      "rate": "inf", "client": {"send_prefix_hint": hint}, **cfg},
-           "metrics": {"output_throughput": tok}, "env": {"git_sha": sha}}
+    doc = {"config": {"system": system, "model": "llama-3.1-8b", "workload": "sharegpt", "lp": lp, "batch": batch,
+                      "k": 1, "tp": 1, "rate": "inf", "client": {"send_prefix_hint": hint}, **cfg},
+           "metrics": {"output_throughput": tok, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "completed": 1,
+                       "failed": 0},
+           "engine": {"decode_steps": 1}, "env": {"gpu": "test", "git_sha": sha}}
     d = root / sweep_bar.SWEEP
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{name}.json").write_text(json.dumps(doc))
@@ -50,6 +52,7 @@ def test_verdicts_use_only_hint_free_reps(tmp_path):
     _cell(r, "x1", "granikv", 8192, 256, 1.0, tag="nohint")
     _cell(r, "x2", "granikv", 8192, 256, 1.0, workload="burst")
     _cell(r, "x3", "paged", 8192, 256, 1.0)
+    _cell(r, "x4", "granikv", 8192, 256, 1.0, m_sat=2**31)
 
     lines = sweep_bar.render_section(r)
     rows = _rows(lines)
