@@ -8,7 +8,7 @@ the pools and where prefixes go, `storage_audit` checks the invariants below, an
 through the radix cache. `granikv`: a HotPool of contiguous slabs over `[1, 1+N_hot)` and a
 token-level ColdPool over the rest; explicit or promoted shared prefixes go to slabs. With
 `cold_page_size` > 1 (the Table 18 ablation) COLD is a PagedPool over its region instead: no
-lending, no promotion, and only HOT prefixes are cached.
+lending, and the radix tree matches whole pages, so cached COLD nodes own whole pages.
 
 The facade keeps a host slot table `table[row, pos]` (int32, `max_running × max_context`) — the
 host mirror of the engine's `req_to_slot` — plus, per row, the flat table index of its last

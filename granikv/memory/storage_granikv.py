@@ -1,7 +1,8 @@
 """`granikv` storage: a HotPool of contiguous slabs over `[1, 1+N_hot)` and a token-level ColdPool
 over the rest; explicit or promoted shared prefixes go to slabs. With `cold_page_size` > 1 (the
-Table 18 ablation) COLD is a PagedPool over its region instead: no lending, no promotion, and only
-HOT prefixes are cached."""
+Table 18 ablation) COLD is a PagedPool over its region instead, it lends nothing, and the radix
+tree works in whole pages (as for `paged`), so a cached COLD node owns whole pages and prefixes
+are found, shared and promoted exactly as with token-level COLD, a page at a time."""
 
 from __future__ import annotations
 
@@ -30,16 +31,18 @@ class GraniKVStorage(Storage):
         n_hot = int(hot_fraction * (num_slots - 1))
         self.hot = HotPool(1, n_hot)
         # cold_page_size > 1 is the COLD page-size ablation (paper Table 18): COLD hands out
-        # P-slot pages, borrows nothing from HOT, and only HOT prefixes are cached (a page may
-        # hold tokens of a cached node and of a request, which token-level eviction cannot split).
+        # P-slot pages and borrows nothing from HOT. Every node boundary, named prefix and private
+        # range then sits on a page multiple (the radix tree matches whole pages, a named prefix is
+        # rounded down to one), and a COLD slot's page offset is its position's: a cached COLD node
+        # owns whole pages, so evicting or promoting it frees pages, never part of one. Without
+        # that the tree could not cache COLD runs, and with no client hint nothing would be shared.
         self.cold_page_size = cold_page_size
         if cold_page_size == 1:
             pool = ColdPool(1 + n_hot, num_slots, lender=self.hot, check=check)
         else:
             pool = PagedPool(1 + n_hot, num_slots, cold_page_size, check=check)
-        radix = RadixCache(free=self._release, hot=self.hot, page_size=1)
+        radix = RadixCache(free=self._release, hot=self.hot, page_size=cold_page_size)
         super().__init__(num_slots, max_running, max_context, cold_page_size, pool, radix)
-        self._evict_frees_tokens = cold_page_size == 1  # else the tree holds HOT slabs only
         self.policy = HotAdmission(admission or AdmissionConfig(), radix, self.hot, self._evict_slab)
         self._new_plans: list[PromotionPlan] = []
 
@@ -51,11 +54,20 @@ class GraniKVStorage(Storage):
         self.counters.evictions += 1
         self.counters.evicted_slots += freed
 
+    def _release(self, kind: str, slots: np.ndarray) -> int:
+        """Radix callback; with paged COLD a node's slots are whole pages (see __init__)."""
+        if self.P == 1:
+            return super()._release(kind, slots)
+        self.pool.free_pages_of(slots[:: self.P])
+        return len(slots)
+
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
         L = len(tokens)
         m = self.radix.match_prefix(tokens[: L - 1])
         run, run_slab = hot_run(self.radix, m)
         Lp = None if shared_prefix_len is None else min(int(shared_prefix_len), L - 1)
+        if Lp is not None:
+            Lp -= Lp % self.P  # paged COLD: a slab prefix ends on a page boundary (see __init__)
         if Lp is not None and Lp < 1:
             Lp = None
         if Lp is not None and run < Lp and m.length < Lp:
@@ -91,15 +103,9 @@ class GraniKVStorage(Storage):
                 self._new_plans.append(plan)
         return adm
 
-    def _cacheable(self, adm: Admission, n: int) -> int:
-        if self.cold_page_size == 1:
-            return n
-        # ablation mode: only a prefix this request placed in its own slab gets cached
-        return min(n, adm.prefix.prefix_len) if adm.slab is not None and adm.prefix is not None else 0
-
     def _segments(self, adm: Admission, n: int) -> list[Segment]:
         if adm.slab is not None and adm.prefix is not None:
-            lp = adm.prefix.prefix_len
+            lp = adm.slab.length  # its named prefix (a promotion may re-point `prefix` elsewhere)
             return [Segment(0, min(lp, n), HOT, adm.slab, 0), Segment(min(lp, n), n, COLD)]
         return _ALL_COLD  # insert clips segments to the inserted length
 
@@ -115,11 +121,11 @@ class GraniKVStorage(Storage):
         live reader of it, and free the COLD copy now.
 
         A live row reads a promoted node when its table holds the node's COLD slots there (rows
-        that matched the path hold them; a row's private copies never equal a node's slots).
+        that matched the path hold them) or a copy of its own (`_own_copy`).
         Each reader's leading run of promoted positions [0, n) is rewritten to `base + arange(n)`
-        in the host table, and its prefix becomes the slab run when it is worth a prefix pass
-        (`min_prefix_for_hot`), exactly as for a request admitted after the commit. K/V in the
-        slab are bit-identical copies, so nothing a request computes changes.
+        in the host table (private copies among them are freed), and its prefix becomes the slab
+        run when it is worth a prefix pass (`min_prefix_for_hot`), exactly as for a request
+        admitted after the commit. K/V in the slab are bit-identical copies, so nothing a request computes changes.
 
         Returns (row, n) per re-pointed row: the caller mirrors the rewrite on the device slot
         table, stream-ordered after the copy (`Engine._run_promotions`). Freeing the COLD copy
@@ -133,29 +139,53 @@ class GraniKVStorage(Storage):
         if rows.size:
             lens = self.seq_lens[rows]
             reading = np.ones(rows.size, dtype=bool)  # rows that read every node so far
+            # rows that may read a node through a copy of their own (few): checked one by one
+            own = np.fromiter((a.closed or a.slab is not None for a in self.live.values()),
+                              dtype=bool, count=rows.size)
             for pos, slots in old:  # path order: pos = sum of the previous nodes' lengths
                 n = len(slots)
                 idx = np.flatnonzero(reading & (lens >= pos + n))
-                hit = idx[self.table[rows[idx], pos] == slots[0]]
+                same = self.table[rows[idx], pos] == slots[0]
+                hit = idx[same]
                 if hit.size:
                     whole = (self.table[rows[hit], pos : pos + n] == slots).all(axis=1)
                     if not whole.all():
                         raise RuntimeError("a row reads part of a radix node (storage invariant broken)")
+                copies = [i for i in idx[~same & own[idx]].tolist() if self._own_copy(rows[i], pos, n)]
+                if copies:
+                    hit = np.concatenate([hit, np.asarray(copies, dtype=hit.dtype)])
                 runs[hit] += n
                 reading[:] = False
                 reading[hit] = True
-        self.pool.free(np.concatenate([slots for _, slots in old]))
+        self._release(COLD, np.concatenate([slots for _, slots in old]))
         out = []
         worth = self.policy.cfg.min_prefix_for_hot
         for r, n in zip(rows[runs > 0].tolist(), runs[runs > 0].tolist(), strict=True):
+            adm = self.live[r]
+            if adm.closed:  # private copies of promoted positions: the slab replaces them
+                self._free_positions(r, [(a, min(b, n)) for a, b in adm.closed if a < n])
+                adm.closed = [(max(a, n), b) for a, b in adm.closed if b > n]
             self.table[r, :n] = np.arange(base, base + n, dtype=np.int32)
             self._row_prefix[r] = None  # its prefix positions no longer hold the node arrays
-            adm = self.live[r]
             if n >= worth:
                 adm.prefix = PrefixInfo(base, n, slab.id)
             out.append((r, n))
         self.counters.promoted_readers += len(out)
         return out
+
+    def _own_copy(self, row: int, pos: int, n: int) -> bool:
+        """Whether positions [pos, pos+n) of a live row (a radix node's, on the row's path) hold
+        a copy of the row's own: private slots (a `closed` range: someone cached these tokens
+        after the row computed them) or the head of the slab the row placed its named prefix in.
+        Such a row reads the node's tokens as much as one holding its slots does, so a promotion
+        must re-point it too, or it would keep reading the node's later positions after the COLD
+        copy is freed. Node boundaries only ever split, so a node is inside such a range or
+        outside it."""
+        adm = self.live[row]
+        if any(a <= pos and pos + n <= b for a, b in adm.closed):
+            return True
+        sl = adm.slab
+        return sl is not None and pos + n <= sl.length and int(self.table[row, pos]) == sl.base + pos
 
     def cancel_promotion(self, plan: PromotionPlan) -> None:
         self.policy.cancel(plan)

@@ -328,6 +328,29 @@ def test_accidental_short_hot_match_is_not_a_prefix():
     drain(st)
 
 
+def test_promotion_repoints_a_reader_holding_a_private_copy_of_the_path_head():
+    """A row that computed a prefix's head itself (someone cached those tokens first, so the row
+    keeps a private copy) still reads the rest of the path through the node slots: a promotion of
+    the path must re-point it as well (and free its copy), or it reads freed COLD slots."""
+    st = gk(num_slots=400, min_prefix_for_hot=4)
+    P = seq(100, 8)
+    a = st.admit(P[:1] + [0])
+    b = st.admit(P + [0])
+    st.cache_prompt(a, P[:1] + [0])  # caches P[0]: b's slot of position 0 is now a private copy
+    st.abort(a)
+    st.cache_prompt(b, P + [0])
+    assert b.closed == [(0, 1)]
+    st.admit(P + [5])  # reads b's cached path: positions 1..7 are b's slots
+    (plan,) = st.take_promotions()
+    assert plan.length == 8
+    st.commit_promotion(plan)
+    base = plan.slab.base
+    assert st.table[b.row, :8].tolist() == list(range(base, base + 8)) and b.closed == []
+    assert b.prefix is not None and b.prefix.prefix_len == 8
+    st.audit()  # also: every live row reads its locked path (none reads the freed COLD copy)
+    drain(st)
+
+
 def test_cold_page_size_ablation():
     st = gk(num_slots=1001, cold_page_size=4)
     P = seq(5000, 64)
@@ -336,15 +359,40 @@ def test_cold_page_size_ablation():
     assert a.slots[64:].tolist() == list(range(a.slots[64], a.slots[64] + 5))
     s = st.grow(a, 4)
     assert s.tolist()[:3] == [a.slots[68] + 1, a.slots[68] + 2, a.slots[68] + 3] and s[3] % 4 == 0
-    st.cache_prompt(a, P + [1, 2, 3, 4, 5])  # only the slab prefix is cached in this mode
-    assert st.radix.cached_slots == 64
+    st.cache_prompt(a, P + [1, 2, 3, 4, 5])  # whole pages of the prompt are cached
+    assert st.radix.cached_slots == 68
     b = st.admit(P + [7], shared_prefix_len=64)
     assert b.cached_len == 64 and b.prefix == a.prefix
     st.audit()
     st.finish(a, P + [1, 2, 3, 4, 5] + [0] * 4)
     st.finish(b, P + [7])
     st.audit()
-    assert st.pool.num_free == st.pool.capacity and st.hot.num_cached == 1
+    assert st.pool.num_free == st.pool.capacity - 8 and st.hot.num_cached == 1  # 2 cached pages
+    drain(st)
+
+
+def test_cold_page_size_ablation_shares_without_a_hint():
+    """Paged COLD caches whole pages of un-named prefixes, so later requests share them and the
+    shared run is promoted to a slab as with token-level COLD; named prefixes end on a page."""
+    st = gk(num_slots=4001, cold_page_size=4)
+    P = seq(5000, 66)
+    a = st.admit(P + [1])
+    st.cache_prompt(a, P + [1])
+    assert st.radix.cached_slots == 64  # 67 tokens: 16 whole pages
+    b = st.admit(P + [2])
+    assert b.cached_len == 64 and b.slots[:64].tolist() == a.slots[:64].tolist()
+    assert b.slots[64] % 4 == 0  # its own part starts on a fresh page
+    plans = st.take_promotions()
+    assert len(plans) == 1 and plans[0].length == 64
+    st.commit_promotion(plans[0])
+    st.audit()
+    assert a.prefix is not None and a.prefix.prefix_len == 64 and b.prefix == a.prefix
+    c = st.admit(P + [3], shared_prefix_len=66)  # a named prefix is rounded down to pages
+    assert c.prefix == a.prefix and c.cached_len == 64
+    st.audit()
+    for x, t in ((a, P + [1]), (b, P + [2]), (c, P + [3])):
+        st.finish(x, t)
+    st.audit()
     drain(st)
 
 
