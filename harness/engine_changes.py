@@ -32,8 +32,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 CHANGES_PATH = Path(__file__).resolve().parent / "data" / "engine_changes.yaml"
 SCOPE_KEYS = frozenset({"systems", "workloads", "tp", "min_lp", "max_lp", "min_batch", "min_k", "max_k",
-                        "untagged"})
-_LOWER = (("lp", "min_lp"), ("batch", "min_batch"), ("k", "min_k"))
+                        "min_cold_page_size", "untagged"})
+_LOWER = (("lp", "min_lp"), ("batch", "min_batch"), ("k", "min_k"), ("cold_page_size", "min_cold_page_size"))
 _UPPER = (("lp", "max_lp"), ("k", "max_k"))
 
 

@@ -69,6 +69,9 @@ def test_scope_matches_system_workload_and_bounds():
     assert between.applies({"k": 2, "tp": 1}) and between.applies({"k": 16.0, "tp": 1.0})
     assert not between.applies({"k": 1, "tp": 1}) and not between.applies({"k": 64, "tp": 1})
     assert not between.applies({"k": 4, "tp": 2}) and not between.applies({})
+    paged_cold = engine_changes.EngineChange("abc", "t", scope={"min_cold_page_size": 2})
+    assert paged_cold.applies({"cold_page_size": 4}) and not paged_cold.applies({"cold_page_size": 1})
+    assert not paged_cold.applies({})  # a cell without the field (an old file): out of scope
     # a default's change: the cells measured at defaults, not the A/B cells that set it themselves
     default = engine_changes.EngineChange("abc", "t", scope={"systems": ["granikv"], "untagged": True})
     assert default.applies({"system": "granikv"}) and default.applies({"system": "granikv", "tag": None})
