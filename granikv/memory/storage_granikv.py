@@ -125,7 +125,8 @@ class GraniKVStorage(Storage):
         Each reader's leading run of promoted positions [0, n) is rewritten to `base + arange(n)`
         in the host table (private copies among them are freed), and its prefix becomes the slab
         run when it is worth a prefix pass (`min_prefix_for_hot`), exactly as for a request
-        admitted after the commit. K/V in the slab are bit-identical copies, so nothing a request computes changes.
+        admitted after the commit. K/V in the slab are bit-identical copies, so nothing a
+        request computes changes.
 
         Returns (row, n) per re-pointed row: the caller mirrors the rewrite on the device slot
         table, stream-ordered after the copy (`Engine._run_promotions`). Freeing the COLD copy
@@ -140,7 +141,7 @@ class GraniKVStorage(Storage):
             lens = self.seq_lens[rows]
             reading = np.ones(rows.size, dtype=bool)  # rows that read every node so far
             # rows that may read a node through a copy of their own (few): checked one by one
-            own = np.fromiter((a.closed or a.slab is not None for a in self.live.values()),
+            own = np.fromiter((bool(a.closed) or a.slab is not None for a in self.live.values()),
                               dtype=bool, count=rows.size)
             for pos, slots in old:  # path order: pos = sum of the previous nodes' lengths
                 n = len(slots)
