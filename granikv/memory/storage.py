@@ -135,8 +135,9 @@ class Storage:
 
     # ---- pool plumbing -------------------------------------------------------------------------
     def _release(self, kind: str, slots: np.ndarray) -> int:
-        """Radix callback: slots of an evicted COLD/PAGED node go back to their pool."""
-        if kind == PAGED:
+        """Radix callback: slots of an evicted COLD/PAGED node go back to their pool (whole pages
+        when pages are bigger than a slot: the paged systems, and granikv's paged COLD)."""
+        if kind == PAGED or self.P > 1:
             pages = slots[:: self.P] // self.P
             self.pool.free_pages(pages)
             return pages.size * self.P

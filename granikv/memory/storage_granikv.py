@@ -54,13 +54,6 @@ class GraniKVStorage(Storage):
         self.counters.evictions += 1
         self.counters.evicted_slots += freed
 
-    def _release(self, kind: str, slots: np.ndarray) -> int:
-        """Radix callback; with paged COLD a node's slots are whole pages (see __init__)."""
-        if self.P == 1:
-            return super()._release(kind, slots)
-        self.pool.free_pages_of(slots[:: self.P])
-        return len(slots)
-
     def _admit(self, tokens: np.ndarray, shared_prefix_len: int | None) -> Admission | None:
         L = len(tokens)
         m = self.radix.match_prefix(tokens[: L - 1])
