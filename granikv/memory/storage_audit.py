@@ -64,17 +64,25 @@ def audit_storage(st: Storage) -> None:
 def _check_row_reads_its_path(st: Storage, adm) -> None:
     """Positions [0, node_end) of a live row hold the slots of the radix path it locks, except
     its private copies (`closed` ranges: positions someone else cached meanwhile; the head of a
-    slab it holds itself, when another request cached that prefix in COLD first). A row that
-    read anything else (a promoted path's old COLD copy, freed at commit) would read freed KV."""
+    slab it holds itself, when another request cached that prefix in COLD first: there a
+    position holds the path's slot or its own slab's, `base + pos`). A row that read anything
+    else (a promoted path's old COLD copy, freed at commit; another prompt's slab) would read
+    the wrong KV. Past its locked path a slab it holds is its own: it prefilled it there."""
     path = st.radix.path(adm.node)
-    if not path:
+    want = np.concatenate([x.slots for x in path]) if path else np.empty(0, dtype=np.int32)
+    if adm.slab is not None:
+        mine = np.arange(adm.slab.base, adm.slab.end, dtype=np.int32)
+        if len(want) < len(mine):
+            want = np.concatenate([want, mine[len(want) :]])
+    if not len(want):
         return
-    want = np.concatenate([x.slots for x in path])
     got = st.table[adm.row, : len(want)].copy()
     for a, b in adm.closed:
         got[a:b] = want[a:b]
     if adm.slab is not None:
-        got[: adm.slab.length] = want[: adm.slab.length]
+        k = min(adm.slab.length, len(want))
+        own = got[:k] == mine[:k]
+        got[:k][own] = want[:k][own]
     bad = np.flatnonzero(got != want)
     assert bad.size == 0, f"row {adm.row} reads slots other than its locked path's at positions {bad[:5]}"
 

@@ -12,7 +12,7 @@ from granikv.memory.admission import AdmissionConfig, HotAdmission, PromotionPla
 from granikv.memory.cold import ColdPool
 from granikv.memory.hot import HotPool, Slab
 from granikv.memory.paged import PagedPool
-from granikv.memory.radix import COLD, HOT, RadixCache, Segment
+from granikv.memory.radix import COLD, HOT, Node, RadixCache, Segment
 from granikv.memory.storage import Admission, PrefixInfo, Storage
 from granikv.memory.storage_audit import audit_granikv
 
@@ -114,7 +114,8 @@ class GraniKVStorage(Storage):
         live reader of it, and free the COLD copy now.
 
         A live row reads a promoted node when its table holds the node's COLD slots there (rows
-        that matched the path hold them) or a copy of its own (`_own_copy`).
+        that matched the path hold them) or, the node being on its locked path, a copy of its own
+        (`_own_copy`).
         Each reader's leading run of promoted positions [0, n) is rewritten to `base + arange(n)`
         in the host table (private copies among them are freed), and its prefix becomes the slab
         run when it is worth a prefix pass (`min_prefix_for_hot`), exactly as for a request
@@ -127,6 +128,7 @@ class GraniKVStorage(Storage):
         but any kernel that writes a reallocated slot is queued after it.
         """
         old = self.policy.commit(plan)
+        path = self.radix.path(plan.node)  # the promoted nodes, in the order of `old`
         base, slab = plan.slab.base, plan.slab
         rows = np.fromiter(self.live.keys(), dtype=np.int64, count=len(self.live))
         runs = np.zeros(rows.size, dtype=np.int64)
@@ -136,7 +138,7 @@ class GraniKVStorage(Storage):
             # rows that may read a node through a copy of their own (few): checked one by one
             own = np.fromiter((bool(a.closed) or a.slab is not None for a in self.live.values()),
                               dtype=bool, count=rows.size)
-            for pos, slots in old:  # path order: pos = sum of the previous nodes' lengths
+            for x, (pos, slots) in zip(path, old, strict=True):  # pos: the previous nodes' lengths
                 n = len(slots)
                 idx = np.flatnonzero(reading & (lens >= pos + n))
                 same = self.table[rows[idx], pos] == slots[0]
@@ -145,7 +147,7 @@ class GraniKVStorage(Storage):
                     whole = (self.table[rows[hit], pos : pos + n] == slots).all(axis=1)
                     if not whole.all():
                         raise RuntimeError("a row reads part of a radix node (storage invariant broken)")
-                copies = [i for i in idx[~same & own[idx]].tolist() if self._own_copy(rows[i], pos, n)]
+                copies = [i for i in idx[~same & own[idx]].tolist() if self._own_copy(rows[i], x, pos, n)]
                 if copies:
                     hit = np.concatenate([hit, np.asarray(copies, dtype=hit.dtype)])
                 runs[hit] += n
@@ -167,19 +169,36 @@ class GraniKVStorage(Storage):
         self.counters.promoted_readers += len(out)
         return out
 
-    def _own_copy(self, row: int, pos: int, n: int) -> bool:
-        """Whether positions [pos, pos+n) of a live row (a radix node's, on the row's path) hold
-        a copy of the row's own: private slots (a `closed` range: someone cached these tokens
-        after the row computed them) or the head of the slab the row placed its named prefix in.
-        Such a row reads the node's tokens as much as one holding its slots does, so a promotion
-        must re-point it too, or it would keep reading the node's later positions after the COLD
-        copy is freed. Node boundaries only ever split, so a node is inside such a range or
-        outside it."""
+    def _own_copy(self, row: int, node: Node, pos: int, n: int) -> bool:
+        """Whether a live row reads `node` (positions [pos, pos+n)) through a copy of its own:
+        private slots (a `closed` range: someone cached these tokens after the row computed them)
+        or the head of the slab the row placed its named prefix in. Such a row reads the node's
+        tokens as much as one holding its slots does, so a promotion must re-point it too, or it
+        would keep reading the node's later positions after the COLD copy is freed. Node
+        boundaries only ever split, so a node is inside such a range or outside it.
+
+        Only a node on the row's locked path qualifies: a copy of its own says nothing about
+        which tokens the row holds there. A row placed on a fresh slab for its named prefix holds
+        that slab's head at positions 0.. whatever prefix another request promotes (and before
+        its prefill is cached it locks no node at all), and a `closed` range can cover positions
+        where the promoted path has already left the row's. Re-pointing such a row would make it
+        read another prompt's KV."""
         adm = self.live[row]
+        if not self._locks(adm, node):
+            return False
         if any(a <= pos and pos + n <= b for a, b in adm.closed):
             return True
         sl = adm.slab
         return sl is not None and pos + n <= sl.length and int(self.table[row, pos]) == sl.base + pos
+
+    def _locks(self, adm: Admission, node: Node) -> bool:
+        """Whether `node` is on the request's locked path root..adm.node."""
+        x, root = adm.node, self.radix.root
+        while x is not root:
+            if x is node:
+                return True
+            x = x.parent
+        return False
 
     def cancel_promotion(self, plan: PromotionPlan) -> None:
         self.policy.cancel(plan)

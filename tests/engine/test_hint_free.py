@@ -184,3 +184,44 @@ def test_extension_classes_through_triton_kernels():
     got = run_agents(eng, prompts, hints=False, steps=3)
     assert got == ref
     assert eng.stats()["attention"]["ext_steps"] > 0
+
+
+def run_waves(engine: Engine, waves) -> list[list[int]]:
+    """Each wave: (steps to run before it, [(prompt, hint, max_new_tokens), ...]); then run to the
+    end. Audit after every step."""
+    reqs = []
+    for steps, wave in waves:
+        for _ in range(steps):
+            engine.step()
+            engine.storage.audit()
+        reqs += [engine.add_request(p, SamplingParams(max_new_tokens=n, ignore_eos=True), shared_prefix_len=h)
+                 for p, h, n in wave]
+    while any(r.status != Status.FINISHED for r in reqs):
+        engine.step()
+        engine.storage.audit()
+    return [r.output_ids for r in reqs]
+
+
+@pytest.mark.parametrize("case", ["other_prefix", "sibling_role"])
+def test_promotion_leaves_hinted_slabs_of_other_prompts_alone(case):
+    """Hinted and un-hinted requests together: a promotion of one prompt's prefix (two
+    un-hinted readers) commits while a hinted request holds a slab of its own prefix, and must
+    leave that request reading its own KV. `other_prefix`: an unrelated prompt is promoted while
+    the hinted one decodes; `sibling_role`: the promoted prompt shares the hinted one's 33-token
+    head (two roles of one system prompt) and commits before the hinted prefill is cached, with
+    small prefill chunks. Tokens equal paged's."""
+    rng = random.Random(0)
+    head = [rng.randrange(1024) for _ in range(33)]
+    if case == "other_prefix":
+        other = [rng.randrange(1024) for _ in range(17)]
+        waves = [(0, [(head, 33, 6)]), (1, [(other, None, 2)] * 3)]
+        chunk = 256
+    else:
+        role_a = head + [rng.randrange(1024) for _ in range(19)]
+        role_b = head + [rng.randrange(1024) for _ in range(20)]
+        waves = [(0, [(role_a, None, 4)] * 3 + [(role_b, 53, 4)])]
+        chunk = 24
+    ref = run_waves(Engine(tiny_config("paged", kernel_impl="torch")), waves)
+    eng = Engine(tiny_config("granikv", kernel_impl="torch", chunked_prefill_tokens=chunk, min_prefix_for_hot=16))
+    assert run_waves(eng, waves) == ref
+    assert eng.stats()["storage"]["promotions_committed"] > 0

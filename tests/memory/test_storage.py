@@ -351,6 +351,109 @@ def test_promotion_repoints_a_reader_holding_a_private_copy_of_the_path_head():
     drain(st)
 
 
+class TokenKV:
+    """A one-layer KV cache whose K at a slot is the token whose prefill wrote it: a row reads
+    the right KV exactly when the K at its slots spells its own tokens."""
+
+    def __init__(self, num_slots):
+        self.kv = KVCache(num_layers=1, num_slots=num_slots, num_kv_heads=1, head_dim=1)
+
+    def prefill(self, adm, tokens, start=None):
+        """The request's prefill: positions [start (default cached_len), len(tokens))."""
+        start = adm.cached_len if start is None else start
+        slots = torch.as_tensor(adm.slots[start : len(tokens)], dtype=torch.long)
+        self.kv.k[0][slots, 0, 0] = torch.as_tensor(tokens[start:], dtype=torch.float32)
+
+    def promote(self, st):
+        """Copy and commit every planned promotion, as the engine does after a step."""
+        for plan in st.take_promotions():
+            self.kv.copy_slots(torch.as_tensor(plan.src), torch.as_tensor(plan.dst))
+            st.commit_promotion(plan)
+
+    def reads(self, adm, tokens):
+        got = self.kv.k[0][torch.as_tensor(adm.slots[: len(tokens)], dtype=torch.long), 0, 0]
+        return [int(t) for t in got.tolist()]
+
+
+def test_promotion_of_another_prefix_leaves_a_named_prefix_slab_alone():
+    """A request whose named prefix sits in its own slab keeps reading that slab when another
+    prompt's prefix is promoted, even one as long as it: the head of its slab is a copy of its
+    own only of the nodes on its own path (before the fix it was moved onto the other slab)."""
+    st, kv = gk(num_slots=2001, min_prefix_for_hot=16, promote_min_refs=2), TokenKV(2001)
+    P, Q = seq(100, 32), seq(500, 16)
+    a = st.admit(P + [1], shared_prefix_len=32)
+    kv.prefill(a, P + [1])
+    st.cache_prompt(a, P + [1])
+    readers = []
+    for _ in range(2):  # two readers of Q: the second plans a promotion of its 16 tokens
+        b = st.admit(Q + [2])
+        kv.prefill(b, Q + [2])
+        st.cache_prompt(b, Q + [2])
+        readers.append(b)
+    kv.promote(st)
+    assert st.stats()["promotions_committed"] == 1
+    st.audit()
+    assert kv.reads(a, P + [1]) == P + [1]
+    for b in readers:
+        assert kv.reads(b, Q + [2]) == Q + [2]
+    drain(st)
+
+
+def test_promotion_of_a_sibling_path_leaves_a_named_prefix_slab_alone_before_its_prefill_is_cached():
+    """A request placed on a fresh slab for its named prefix locks no radix node until its prompt
+    is cached; a promotion of a path that shares its head (two agents of one system prompt) must
+    not re-point it, or it prefills and reads the other agent's role prompt."""
+    st, kv = gk(num_slots=2001, min_prefix_for_hot=16, promote_min_refs=2), TokenKV(2001)
+    S = seq(100, 33)  # the shared head
+    A, B = S + seq(300, 19), S + seq(600, 20)  # two role prompts behind it
+    a = st.admit(A + [1])
+    kv.prefill(a, A + [1])
+    st.cache_prompt(a, A + [1])
+    a2 = st.admit(A + [2])  # the second reader of A: a promotion of A's 52 tokens is planned
+    kv.prefill(a2, A + [2])
+    b = st.admit(B + [3], shared_prefix_len=53)  # B is not cached: a fresh slab; splits A at 33
+    assert b.prefix is not None and b.cached_len == 0
+    kv.promote(st)  # commits before b's prefill is cached
+    assert st.stats()["promotions_committed"] == 1
+    st.audit()
+    kv.prefill(b, B + [3])
+    st.cache_prompt(b, B + [3])
+    st.audit()
+    assert kv.reads(b, B + [3]) == B + [3]
+    assert kv.reads(a, A + [1]) == A + [1] and kv.reads(a2, A + [2]) == A + [2]
+    c = st.admit(B + [4])  # a later request finds B's prompt as b cached it
+    assert c.cached_len == 53 and kv.reads(c, B) == B
+    drain(st)
+
+
+def test_promotion_of_a_sibling_path_leaves_a_private_copy_of_the_shared_head_alone():
+    """A row that holds a private copy of positions someone else cached first (a `closed` range)
+    re-points only the promoted nodes on its own path: where the promoted path leaves the row's
+    inside that range, the row's tokens are other tokens."""
+    st, kv = gk(num_slots=400, min_prefix_for_hot=4, promote_min_refs=2), TokenKV(400)
+    P = seq(100, 8)
+    Z = P[:2] + [900, 901, 902]  # leaves P after 2 tokens
+    a = st.admit(P[:5] + [0])
+    b = st.admit(P + [0])
+    kv.prefill(a, P[:5] + [0])
+    kv.prefill(b, P + [0])
+    st.cache_prompt(a, P[:5] + [0])
+    st.cache_prompt(b, P + [0])  # b's positions 0..4 are now a private copy of a's
+    assert b.closed == [(0, 5)]
+    c = st.admit(Z + [7])
+    kv.prefill(c, Z + [7])
+    st.cache_prompt(c, Z + [7])
+    d = st.admit(Z + [8])  # the second reader of Z's 5 tokens: a promotion
+    kv.prefill(d, Z + [8])
+    kv.promote(st)
+    assert st.stats()["promotions_committed"] == 1
+    st.audit()
+    assert kv.reads(b, P + [0]) == P + [0]
+    assert kv.reads(a, P[:5] + [0]) == P[:5] + [0]
+    assert kv.reads(c, Z + [7]) == Z + [7] and kv.reads(d, Z + [8]) == Z + [8]
+    drain(st)
+
+
 def test_cold_page_size_ablation():
     st = gk(num_slots=1001, cold_page_size=4)
     P = seq(5000, 64)
