@@ -26,11 +26,12 @@ from granikv.trace import span
 @dataclass
 class StepOutput:
     req: Request
-    token: int
+    token: int | None  # None: the request ended without a token (`error` says why)
     finished: bool
     # when the request asked for logprobs: the token's raw logprob and the top alternatives
     # (granikv/engine/sampling.py, TokenLogprobs)
     logprobs: TokenLogprobs | None = None
+    error: str | None = None  # the engine ended this request alone (Scheduler.fail)
 
 
 def resolve_device(cfg: EngineConfig) -> torch.device:
@@ -105,6 +106,12 @@ class Engine:
         if int(arr.min()) < 0 or int(arr.max()) >= self.spec.vocab_size:
             bad = arr[(arr < 0) | (arr >= self.spec.vocab_size)][:5].tolist()
             raise ValueError(f"token ids out of range [0, {self.spec.vocab_size}): {bad}")
+        need = len(arr) + (params or SamplingParams()).max_new_tokens
+        if need > self.kv_capacity:
+            # it could never run, even alone: refused now, not failed after its prefill
+            raise ValueError(f"the request needs {need} KV slots (prompt {len(arr)} + max new tokens "
+                             f"{need - len(arr)}); this server's KV cache holds at most {self.kv_capacity} "
+                             "tokens for one request")
         ids = arr.tolist()
         if shared_prefix_len is not None and not 0 <= shared_prefix_len <= len(input_ids):
             raise ValueError("shared_prefix_len must be within the prompt")
@@ -123,8 +130,22 @@ class Engine:
         if req is not None and req.status != Status.FINISHED:
             self.scheduler.abort(req)
 
+    @property
+    def kv_capacity(self) -> int:
+        """The most tokens (prompt + output) one request can hold: admission refuses more."""
+        return self.storage.max_request_tokens()
+
     def has_work(self) -> bool:
         return self.scheduler.has_work() or self.inflight is not None
+
+    def _failed(self) -> list[StepOutput]:
+        """The requests the scheduler ended with an error, as outputs without a token."""
+        outs = []
+        for req in self.scheduler.take_failed():
+            req.finish_time = time.monotonic()
+            self.requests.pop(req.rid, None)
+            outs.append(StepOutput(req, None, True, error=req.error))
+        return outs
 
     def step(self) -> list[StepOutput]:
         """One engine iteration; returns the tokens that became known in it.
@@ -140,12 +161,12 @@ class Engine:
             with span("schedule"):
                 step = self.scheduler.schedule()
             if step is None:
-                return []
+                return self._failed()
             if step.mode == "extend":
                 outs = self._run_extend(step)
                 self.step_log.extend.add(sum(it.end - it.start for it in step.prefill), len(step.prefill),
                                          time.perf_counter() - t0)
-                return outs
+                return outs + self._failed() if self.scheduler.failed else outs
             self.inflight = self._launch(step)
         nxt = None
         if self._can_overlap():
@@ -157,7 +178,7 @@ class Engine:
         self.inflight = nxt
         self._run_promotions()
         self.step_log.decode.add(len(outs), len(outs), time.perf_counter() - t0)
-        return outs
+        return outs + self._failed() if self.scheduler.failed else outs
 
     def _can_overlap(self) -> bool:
         """Greedy steps only (logprobs or not: their tokens are on the device in `tok_buf`

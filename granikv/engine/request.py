@@ -80,6 +80,7 @@ class Request:
     status: Status = Status.WAITING
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    error: str | None = None  # why the engine ended it (finish_reason "error"), for its client
     # storage / runner state (set while RUNNING)
     handle: Any = None  # the Storage facade's per-request handle
     row: int = -1  # row of the slot table

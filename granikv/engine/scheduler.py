@@ -52,6 +52,7 @@ class Scheduler:
         self.chunk_tokens = max(1, chunked_prefill_tokens)
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # admitted (prefilling or decoding)
+        self.failed: list[Request] = []  # ended by `fail`, not reported yet
         self.on_row_assigned = on_row_assigned  # callback(req, slots): write the slot-table row
         # in-batch prefix sharing: a request whose prompt starts like the part of another prompt
         # still being prefilled waits for that prefill to be cached instead of recomputing (and
@@ -82,7 +83,21 @@ class Scheduler:
         req.finish_reason = req.finish_reason or "abort"
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.failed)
+
+    def fail(self, req: Request, why: str) -> None:
+        """End a running request with an error (its KV freed); the engine reports it in its
+        step's outputs (`take_failed`)."""
+        req.drop_pending()
+        self._release(req, finished=False)
+        req.status = Status.FINISHED
+        req.finish_reason = "error"
+        req.error = why
+        self.failed.append(req)
+
+    def take_failed(self) -> list[Request]:
+        out, self.failed = self.failed, []
+        return out
 
     # -- admission -----------------------------------------------------------------------------
     def _prefix_blocks(self, req: Request) -> tuple[list[int], list[int]]:
@@ -223,8 +238,11 @@ class Scheduler:
                 break
             # out of KV: retract the newest request (its KV returns to the pools) and retry
             if len(self.running) == 1:
-                raise RuntimeError("the KV cache cannot hold a single request: raise the KV budget "
-                                   "or lower max_context")
+                # alone and still out of KV (admission's capacity check makes this rare): this
+                # request fails, never the engine: everyone else waiting is served after it
+                self.fail(self.running[0], "the KV cache cannot hold this request's next token "
+                                           f"({self.running[0].seq_len} tokens held)")
+                continue
             self.retract(max(self.running, key=lambda x: x.seq))
         slot_of = dict(zip((id(r) for r in reqs), slots.tolist()))
         reqs.sort(key=lambda r: (r.prefix_slab or (-1, 0), r.row))

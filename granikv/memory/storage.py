@@ -196,6 +196,12 @@ class Storage:
     def evictable(self) -> int:
         return self.radix.evictable_slots()
 
+    def max_request_tokens(self) -> int:
+        """The most tokens one request can hold when it runs alone: every page of the pool
+        (a lone request can evict the whole unlocked cache). A request that needs more can never
+        run, so the engine refuses it at admission instead of failing it mid-decode."""
+        return self.pool.capacity
+
     def admit(self, tokens, shared_prefix_len: int | None = None) -> Admission | None:
         """Match the prompt's cached prefix, lock it, allocate slots for the rest.
 

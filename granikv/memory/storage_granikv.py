@@ -49,6 +49,13 @@ class GraniKVStorage(Storage):
     def _hot(self) -> HotPool:
         return self.hot
 
+    def max_request_tokens(self) -> int:
+        """Token-level COLD borrows free HOT slots, so a lone request can fill both regions;
+        paged COLD (the Table 18 ablation) lends nothing and holds what its pages hold."""
+        if self.cold_page_size == 1:
+            return self.pool.capacity + self.hot.size
+        return self.pool.capacity
+
     def _evict_slab(self, slab: Slab) -> None:
         freed = self.radix.evict_slab(slab)
         self.counters.evictions += 1
