@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import socket
 import threading
 
@@ -60,6 +61,10 @@ def _apply(engine: Engine, cmds: list) -> bool:
 
 
 def _worker(rank: int, world: int, port: int, cfg: EngineConfig) -> None:
+    # rank 0 stops the workers with its "stop" command (and they die with it: daemon processes);
+    # a signal to the whole process group must not take one rank out from under a collective
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     tp, ctrl = _init(rank, world, port, "cuda" if cfg.device in ("auto", "cuda") and torch.cuda.is_available()
                      else "cpu")
     if torch.cuda.is_available() and cfg.device in ("auto", "cuda"):

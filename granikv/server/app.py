@@ -1,16 +1,20 @@
 """The aiohttp application: the SGLang-native routes, request validation shared with the
 OpenAI routes (openai_api.py), and the control endpoints.
 
-Nothing a client sends may crash the server: every malformed request gets a 4xx with a
-reason, and the engine only ever sees validated requests. A failure of the engine itself is
-a 5xx (errors.py), logged once with its traceback, and /health turns 503. Fields that SGLang's
-own clients send and that change nothing here (return_logprob: false, logprob_start_len,
-lora_path: null, ...) are accepted, so SGLang's benchmark client works unchanged.
+Nothing a client sends may crash the server or stall it for others: every malformed request gets
+a 4xx with a reason in JSON (middleware.py), bodies are bounded before they are parsed (body.py),
+a request the KV cache could never hold is refused alone (400), and the engine only ever sees
+validated requests. A failure of the engine itself is a 5xx (errors.py), logged once with its
+traceback, and /health turns 503 (`python -m granikv.server` then exits non-zero, for its
+supervisor to restart it). Fields that SGLang's own clients send and that change nothing here
+(return_logprob: false, logprob_start_len, lora_path: null, ...) are accepted, so SGLang's
+benchmark client works unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -21,17 +25,34 @@ import numpy as np
 from aiohttp import web
 
 from granikv.engine.request import SamplingParams
-from granikv.server.errors import ENGINE_FAILURE, ApiError, BadRequest, EngineUnavailable, event_error, native_response
+from granikv.server.body import BodyLimits, max_request_bytes, read_json
+from granikv.server.errors import (
+    ENGINE_FAILURE,
+    SHUTDOWN,
+    ApiError,
+    BadRequest,
+    EngineUnavailable,
+    ShuttingDown,
+    event_error,
+    native_response,
+)
 from granikv.server.loop import EngineLoop  # torch-free: the server process never imports torch
 from granikv.server.metrics import Metrics
+from granikv.server.middleware import middlewares
 from granikv.server.openai_api import OpenAIRoutes
 from granikv.server.params import as_int, get, parse_native_sampling
 from granikv.server.text import TextCodec
 
 log = logging.getLogger("granikv.server")
 
-HEALTH_GENERATE_TIMEOUT_S = 30.0  # /health_generate: one token, or 503
+HEALTH_GENERATE_TIMEOUT_S = 30.0  # /health_generate: one token (or any engine output), or 503
 MAX_PROFILE_STEPS = 1000  # a window long enough for any table, short enough to stay in memory
+# /metrics waits this long for the engine's counters, then serves the last ones it got: the engine
+# answers between steps, and one CPU prefill step can take seconds (a scrape must not time out)
+METRICS_ENGINE_WAIT_S = 0.5
+# a text prompt longer than this many characters per token of the context is refused before it is
+# tokenized (no tokenizer makes tokens that long on average; tokenizing megabytes holds the loop)
+MAX_CHARS_PER_TOKEN = 64
 
 # The listen queue. A benchmark client at B=256 opens ~250 connections at once; aiohttp's default
 # backlog of 128 overflows, the kernel drops the SYNs beyond it, and those clients retry only after
@@ -58,7 +79,8 @@ class GenerateRequest:
 class Server:
     def __init__(self, loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False,
                  served_model_name: str | None = None, model_path: str | None = None,
-                 context_length: int | None = None, health_timeout_s: float = HEALTH_GENERATE_TIMEOUT_S) -> None:
+                 context_length: int | None = None, health_timeout_s: float = HEALTH_GENERATE_TIMEOUT_S,
+                 max_request_bytes_: int | None = None) -> None:
         self.loop = loop  # EngineLoop (engine thread) or EngineProcess (engine process): one interface
         self.codec = codec
         # SGLang's server flag of the same name: streamed /generate chunks carry only the new text
@@ -74,6 +96,9 @@ class Server:
         # a smaller one the operator set (--context-length)
         self.context_limit = min(self.max_context, info.get("max_position_embeddings") or self.max_context,
                                  context_length or self.max_context)
+        # the most tokens (prompt + output) the KV cache holds for one request: more is a 400
+        self.kv_capacity = info.get("kv_capacity") or self.context_limit
+        self.limits = BodyLimits(max_request_bytes_ or max_request_bytes(self.context_limit))
         self.served_name = served_model_name or self.model
         self.model_path = model_path
         self.model_names = {n for n in (self.served_name, model_path) if n}
@@ -83,6 +108,13 @@ class Server:
         self.started = time.time()
         self.chunks_sent = 0  # streamed events written, for /server_info's "server" section
         self._failure_logged = False
+        # a shutdown in progress: new work is refused (503) while in-flight requests finish
+        self.draining = False
+        self.inflight = 0  # generation handlers running (a shutdown waits for them)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._engine_stats: dict | None = None  # the last engine counters /metrics got
+        self._stats_call: asyncio.Future | None = None
 
     # -- the engine's failure ---------------------------------------------------------------------
     def engine_error_seen(self) -> None:
@@ -93,10 +125,43 @@ class Server:
             log.error("the engine failed; requests are answered 503 from now on:\n%s", fatal)
 
     def check_alive(self) -> None:
-        """Refuse new work once the engine failed (503): nothing would ever answer it."""
+        """Refuse new work once the engine failed, or while the server shuts down (503)."""
         if getattr(self.loop, "fatal", None):
             self.engine_error_seen()
             raise EngineUnavailable()
+        if self.draining:
+            raise ShuttingDown()
+
+    # -- shutdown --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def tracked(self):
+        """Count a generation handler as in flight for as long as it runs (`drain` waits on it)."""
+        self.inflight += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._idle.set()
+
+    async def drain(self, timeout_s: float) -> bool:
+        """Refuse new work and wait up to `timeout_s` for in-flight requests to finish; True when
+        they all did. Those still running afterwards are `cut`."""
+        self.draining = True
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            return True
+        except TimeoutError:
+            return False
+
+    async def cut(self, wait_s: float = 5.0) -> None:
+        """End every in-flight request now: each gets its API's error (a 503, or an error event
+        and [DONE] on a stream that already started), and the engine frees its KV."""
+        self.draining = True
+        self.loop.fail_all(SHUTDOWN)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), wait_s)  # the handlers write their errors
 
     def event_failure(self, error: str) -> ApiError:
         """The answer to an engine Event's error (errors.event_error), logging an engine failure."""
@@ -107,13 +172,21 @@ class Server:
 
     # -- validation (shared with openai_api) ------------------------------------------------------
     async def json_body(self, request: web.Request) -> dict:
+        return await read_json(request, self.limits)
+
+    def encode_text(self, text: str, field: str) -> list[int]:
+        """The prompt text's token ids. Text is bounded before it is tokenized (a prompt of
+        megabytes holds the event loop), and text that is not valid Unicode (a lone UTF-16
+        surrogate, which JSON's \\u escapes allow) is the client's error, not a 500."""
+        if len(text) > MAX_CHARS_PER_TOKEN * self.context_limit:
+            raise BadRequest(f"{field} of {len(text)} characters exceeds the context length "
+                             f"{self.context_limit} tokens", field)
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
-            raise BadRequest(f"malformed JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise BadRequest("request body must be a JSON object")
-        return body
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise BadRequest(f"{field} is not valid Unicode text: {e.reason} at character {e.start}", field) \
+                from None
+        return self.codec.encode(text)
 
     _json = json_body
 
@@ -128,11 +201,13 @@ class Server:
                 text = text[0]
             if not isinstance(text, str):
                 raise BadRequest("text must be a string", field)
-            ids = self.codec.encode(text)
+            ids = self.encode_text(text, "text" if field == "input_ids" else field)
         if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
             raise BadRequest(f"{field} must be a flat list of integers", field)
         if not ids:
             raise BadRequest(f"{field} must not be empty", field)
+        if len(ids) > self.context_limit:  # before any pass over the ids: they cannot be served
+            raise BadRequest(f"prompt ({len(ids)} tokens) exceeds the context length {self.context_limit}", field)
         # C-level passes only (type set, one array conversion, min/max on the array): a per-token
         # Python loop costs ~0.1 ms for a 656-token prompt, and 256 requests arriving at once queue
         # behind it (the admission ramp); min/max over the list cost 0.5 ms at 16K tokens, the array
@@ -152,9 +227,18 @@ class Server:
     _ids = ids
 
     def check_context(self, n_prompt: int, max_new: int, name: str) -> None:
-        if n_prompt + max_new > self.context_limit:
-            raise BadRequest(f"prompt ({n_prompt} tokens) + {name} ({max_new}) = {n_prompt + max_new} tokens "
+        need = n_prompt + max_new
+        if need > self.context_limit:
+            raise BadRequest(f"prompt ({n_prompt} tokens) + {name} ({max_new}) = {need} tokens "
                              f"exceeds the context length {self.context_limit}", name)
+        if need > self.kv_capacity:  # it could never run, even alone: refused, the engine serves on
+            raise BadRequest(f"prompt ({n_prompt} tokens) + {name} ({max_new}) = {need} tokens exceeds the "
+                             f"{self.kv_capacity} tokens this server's KV cache holds for one request", name)
+
+    @property
+    def request_limit(self) -> int:
+        """The most tokens (prompt + output) one request may ask for."""
+        return min(self.context_limit, self.kv_capacity)
 
     def check_hint(self, hint, n_ids: int) -> int | None:
         """The request's `shared_prefix_len` (GraniKV's extension field), checked against its prompt."""
@@ -189,30 +273,39 @@ class Server:
         return None
 
     async def health(self, request: web.Request) -> web.Response:
+        if self.draining:  # load balancers stop sending here before the listener closes
+            return self._dead() or web.json_response({"status": "shutting down"}, status=503)
         return self._dead() or web.json_response({"status": "ok"})
 
     async def health_generate(self, request: web.Request) -> web.Response:
-        """SGLang's /health_generate: the engine really generates one token within the timeout."""
+        """SGLang's /health_generate: the engine generates within the timeout. As in SGLang, any
+        progress of the engine after the check began counts, not only the probe's own token: a
+        step that ends (a prefill chunk ahead of the probe included) shows a busy engine alive."""
         dead = self._dead()
         if dead is not None:
             return dead
+        if self.draining:
+            return web.json_response({"status": "shutting down"}, status=503)
         rid = "health-" + uuid.uuid4().hex
+        t0 = time.monotonic()
         q = self.loop.submit(rid, np.zeros(1, dtype=np.int32), SamplingParams(max_new_tokens=1, ignore_eos=True),
                              None)
+        ev = None
         try:
-            ev = await asyncio.wait_for(q.get(), self.health_timeout_s)
-        except TimeoutError:
-            self.loop.abort(rid)
+            while ev is None and time.monotonic() - t0 < self.health_timeout_s:
+                try:
+                    ev = await asyncio.wait_for(q.get(), min(0.25, self.health_timeout_s))
+                except TimeoutError:
+                    if getattr(self.loop, "last_output", 0.0) > t0:
+                        break  # the engine stepped since the probe came in: it is alive
+        finally:
+            if ev is None or not ev.finished:
+                self.loop.abort(rid)
+        if ev is not None and ev.error:
+            return native_response(self.event_failure(ev.error))
+        if ev is None and not getattr(self.loop, "last_output", 0.0) > t0:
             return web.json_response({"status": "error", "error": f"no token within {self.health_timeout_s:g} s"},
                                      status=503)
-        except BaseException:
-            self.loop.abort(rid)
-            raise
-        if ev.error:
-            self.loop.abort(rid)
-            return native_response(self.event_failure(ev.error))
-        if not ev.finished:
-            self.loop.abort(rid)
         return web.json_response({"status": "ok"})
 
     async def model_info(self, request: web.Request) -> web.Response:
@@ -224,11 +317,25 @@ class Server:
             "vocab_size": self.vocab, "logprobs": self.logprobs_supported,
             "device_type": self.loop.info.get("device_type"), "kernel_impl": self.loop.info.get("kernel_impl")})
 
+    async def _latest_engine_stats(self) -> dict | None:
+        """The engine's counters if it answers within METRICS_ENGINE_WAIT_S, else the last ones it
+        answered (one call in flight at a time; a late answer still refreshes them)."""
+        if getattr(self.loop, "fatal", None):
+            return None
+        if self._stats_call is None or self._stats_call.done():
+            call = asyncio.ensure_future(self.loop.stats())
+
+            def keep(f: asyncio.Future) -> None:
+                if not f.cancelled() and f.exception() is None:
+                    self._engine_stats = f.result()
+            call.add_done_callback(keep)
+            self._stats_call = call
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._stats_call), METRICS_ENGINE_WAIT_S)
+        return self._engine_stats
+
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
-        try:
-            stats = await self.loop.stats()
-        except Exception:  # noqa: BLE001 - the engine failed: the server's own series still serve
-            stats = None
+        stats = await self._latest_engine_stats()  # None: the server's own series still serve
         return web.Response(body=self.metrics.render(stats),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
@@ -241,6 +348,11 @@ class Server:
         # this (HTTP) process's own CPU time: with the client's, it says which side of the
         # stream was busy when a run lasts longer than the engine's work
         stats["server"] = {"cpu_s": time.process_time(), "chunks_sent": self.chunks_sent}
+        # SGLang's keys: sglang-router names a worker's model from them (its /v1/models); a bare
+        # model name is no path (the router would fetch a tokenizer of that name from the Hub)
+        stats["served_model_name"] = self.served_name
+        if self.model_path:
+            stats["model_path"] = self.model_path
         return web.json_response(stats)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
@@ -284,6 +396,10 @@ class Server:
         the engine produces ~20K tokens/s and a write per token would take the GIL from the
         engine thread (harness/microbench/server.py measures this). The ids list is kept as
         serialized JSON text and appended to, so a chunk costs O(new tokens), not O(output)."""
+        with self.tracked():
+            return await self._generate(request)
+
+    async def _generate(self, request: web.Request) -> web.StreamResponse:
         try:
             g = self._parse_generate(await self.json_body(request))
             if g.rid in self.loop.streams:
@@ -355,12 +471,30 @@ def sse_chunk(text: str, ids_json: str, meta: dict) -> bytes:
             f'"meta_info": {json.dumps(meta)}}}\n\n').encode()
 
 
+SERVER = web.AppKey("server", Server)  # the app's Server (its drain and cut run the shutdown)
+
+
+def app_runner(app: web.Application, shutdown_timeout: float = 10.0) -> web.AppRunner:
+    """The runner every server of this package uses. `handler_cancellation`: a handler is
+    cancelled when its client disconnects, so a non-streamed request whose client went away is
+    aborted at once (its KV freed) instead of running to its end; streamed ones notice at their
+    next write either way. `shutdown_timeout`: what `cleanup` grants handlers still running
+    (a graceful shutdown has ended them by then: `Server.drain`, `Server.cut`)."""
+    return web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=shutdown_timeout)
+
+
 def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False,
               served_model_name: str | None = None, model_path: str | None = None,
-              context_length: int | None = None) -> web.Application:
-    s = Server(loop, codec, incremental_streaming_output, served_model_name, model_path, context_length)
+              context_length: int | None = None, api_key: str | None = None,
+              max_request_bytes_: int | None = None) -> web.Application:
+    """The app over an engine loop. `api_key`: required on every route but /health
+    (middleware.py); `max_request_bytes_`: the body limit (default: what a valid request can
+    need, body.max_request_bytes)."""
+    s = Server(loop, codec, incremental_streaming_output, served_model_name, model_path, context_length,
+               max_request_bytes_=max_request_bytes_)
     oai = OpenAIRoutes(s)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    # the size is checked in body.read_json (a JSON 413); aiohttp's own limit stays as a backstop
+    app = web.Application(client_max_size=s.limits.max_bytes + 1, middlewares=middlewares(api_key))
     app.router.add_get("/health", s.health)
     app.router.add_get("/health_generate", s.health_generate)
     app.router.add_get("/server_info", s.server_info)
@@ -368,13 +502,12 @@ def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: 
     app.router.add_get("/get_model_info", s.model_info)
     app.router.add_get("/model_info", s.model_info)
     app.router.add_get("/metrics", s.metrics_endpoint)
-    app.router.add_post("/flush_cache", s.flush_cache)
-    app.router.add_get("/flush_cache", s.flush_cache)
+    app.router.add_post("/flush_cache", s.flush_cache)  # POST only: a GET must not change state
     app.router.add_post("/generate", s.generate)
     app.router.add_post("/profile", s.profile)
     app.router.add_get("/v1/models", oai.models)
     app.router.add_get("/v1/models/{model:.+}", oai.model)
     app.router.add_post("/v1/completions", oai.completions)
     app.router.add_post("/v1/chat/completions", oai.chat)
-    app["server"] = s
+    app[SERVER] = s
     return app

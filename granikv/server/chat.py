@@ -59,8 +59,9 @@ def check_messages(messages) -> list[dict]:
     return out
 
 
-def chat_prompt(messages, codec: TextCodec) -> tuple[list[int], str]:
-    """(prompt ids, prompt text) of a chat request."""
+def chat_prompt(messages, codec: TextCodec, encode=None) -> tuple[list[int], str]:
+    """(prompt ids, prompt text) of a chat request; `encode` (default: the codec's) tokenizes the
+    rendered text (the server passes its checked `Server.encode_text`)."""
     msgs = check_messages(messages)
     if codec.chat_template:
         try:
@@ -69,4 +70,4 @@ def chat_prompt(messages, codec: TextCodec) -> tuple[list[int], str]:
             raise BadRequest(f"the model's chat template refused the messages: {e}", "messages") from None
     else:
         text = plain_template(msgs)
-    return codec.encode(text), text
+    return (encode or codec.encode)(text), text

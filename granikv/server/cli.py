@@ -8,7 +8,7 @@ import dataclasses
 import typing
 
 from granikv.config import EngineConfig
-from granikv.server.engine_setup import AUTO
+from granikv.server.engine_setup import AUTO, CPU_CHUNKED_PREFILL_TOKENS, HostRequest
 
 _FIELD_HELP = {
     "model": "model name under conf/model/ (tiny, llama-3.1-8b, ...) or a dir with config.json",
@@ -25,6 +25,10 @@ _FIELD_HELP = {
     "extend_split_rule": "how many key splits: fill (fill 2 waves of SMs) or long-keys (also >= 4 behind >= 8K "
                          "keys, none behind shorter keys once one split fills 3/4 of a wave)",
 }
+
+
+def _auto_int(s: str) -> int | None:
+    return None if s == AUTO else int(s)
 
 
 def _parse_bool(s: str) -> bool:
@@ -44,10 +48,15 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         hint = hints[f.name]
         help_ = _FIELD_HELP.get(f.name, f.name.replace("_", " ")) + f" (default: {default})"
         args = typing.get_args(hint)
-        if f.name == "kernel_impl":  # resolved where the engine is built: engine_setup.resolve_kernels
+        if f.name == "kernel_impl":  # resolved where the engine is built: engine_setup.resolve_host
             p.add_argument(flag, choices=(AUTO, "triton", "torch"), default=AUTO,
                            help="kernel path: triton | torch | auto (default: auto = triton with CUDA, the torch "
                                 "reference kernels without; triton on a CPU runs in Triton's interpreter)")
+        elif f.name == "chunked_prefill_tokens":  # likewise
+            p.add_argument(flag, type=_auto_int, default=None, metavar="N|auto",
+                           help=f"prefill chunk in tokens (default: auto = {default} on CUDA, "
+                                f"{CPU_CHUNKED_PREFILL_TOKENS} on a CPU, where the reference attention's cost "
+                                "grows with the chunk)")
         elif hint is bool:
             p.add_argument(flag, type=_parse_bool, default=default, metavar="BOOL", help=help_)
         elif typing.get_origin(hint) is tuple:  # graph_batch_sizes, extend_graph_tokens, ...
@@ -62,14 +71,17 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(ns: argparse.Namespace) -> EngineConfig:
-    """The config the flags say; `--kernel-impl auto` leaves the config's default kernel path,
-    which `engine_setup.build_engine` replaces by the one the host can run (`kernel_request`)."""
+    """The config the flags say; the host-dependent flags left at `auto` keep the config's
+    defaults, which `engine_setup.build_engine` replaces by what the host runs (`host_request`)."""
     kw = {f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineConfig) if hasattr(ns, f.name)}
     if kw.get("kernel_impl") == AUTO:
         del kw["kernel_impl"]
+    if kw.get("chunked_prefill_tokens", 0) is None:
+        del kw["chunked_prefill_tokens"]
     return EngineConfig(**kw)
 
 
-def kernel_request(ns: argparse.Namespace) -> str:
-    """The --kernel-impl flag as given: auto | triton | torch."""
-    return getattr(ns, "kernel_impl", AUTO) or AUTO
+def host_request(ns: argparse.Namespace) -> HostRequest:
+    """The host-dependent flags as given (`auto` or a value)."""
+    return HostRequest(kernel_impl=getattr(ns, "kernel_impl", AUTO) or AUTO,
+                       chunked_prefill_tokens=getattr(ns, "chunked_prefill_tokens", None))

@@ -46,8 +46,9 @@ class ChoiceText:
         incomplete UTF-8 sequence of a byte-level tokenizer (decoded as U+FFFD)."""
         t = self.text
         hold = 0
+        unsent = len(t) - self.sent  # text already handed out cannot be held back: look no further
         for s in self.stops:
-            for k in range(min(len(s) - 1, len(t)), hold, -1):
+            for k in range(min(len(s) - 1, unsent), hold, -1):
                 if t.endswith(s[:k]):
                     hold = k
                     break

@@ -12,8 +12,13 @@ from __future__ import annotations
 from aiohttp import web
 
 ENGINE_FAILURE = "engine failure"  # the Event error the engine loops send when the engine died
+SHUTDOWN = "server shutting down"  # the Event error of requests cut by a shutdown's deadline
+# how the scheduler's message starts when it ends a lone request the KV cache cannot grow
+# (Scheduler.fail): the server's state, not the request's fault, so a 503 a client may retry
+KV_EXHAUSTED = "the KV cache cannot hold"
 
-_TYPES = {400: "invalid_request_error", 404: "not_found_error", 409: "conflict_error",
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          405: "invalid_request_error", 409: "conflict_error", 413: "invalid_request_error",
           500: "server_error", 501: "not_implemented_error", 503: "service_unavailable"}
 
 
@@ -46,6 +51,21 @@ class EngineUnavailable(ApiError):
         super().__init__(message, 503, code="engine_failure")
 
 
+class Unauthorized(ApiError):
+    """A missing or wrong API key (`--api-key`): 401, as OpenAI, vLLM and SGLang answer it."""
+
+    def __init__(self) -> None:
+        super().__init__("invalid or missing API key: send the header `Authorization: Bearer <key>`", 401,
+                         code="invalid_api_key")
+
+
+class ShuttingDown(ApiError):
+    """The server is draining for a shutdown: no new work (503, so load balancers go elsewhere)."""
+
+    def __init__(self) -> None:
+        super().__init__("the server is shutting down", 503, code="shutting_down")
+
+
 def openai_body(e: ApiError) -> dict:
     return {"error": {"message": e.message, "type": e.type, "param": e.param, "code": e.code}}
 
@@ -63,8 +83,13 @@ def native_response(e: ApiError) -> web.Response:
 
 
 def event_error(error: str) -> ApiError:
-    """The ApiError for an engine Event's error: the engine's failure is the server's (503);
-    anything else the engine refused at admission (ValueError) is the request's (400)."""
+    """The ApiError for an engine Event's error: the engine's failure, a shutdown and a KV cache
+    that cannot hold a lone request are the server's (503); anything else the engine refused at
+    admission (ValueError) is the request's (400)."""
     if error == ENGINE_FAILURE:
         return EngineUnavailable()
+    if error == SHUTDOWN:
+        return ShuttingDown()
+    if error.startswith(KV_EXHAUSTED):
+        return ApiError(error, 503, code="kv_cache_exhausted")
     return BadRequest(error)

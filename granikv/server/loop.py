@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -40,12 +41,25 @@ class Event:
 
 
 def engine_info(engine) -> dict:
-    """What the HTTP side needs to know about the engine (validation limits, names)."""
+    """What the HTTP side needs to know about the engine: validation limits, names, and what
+    actually runs (the start-up line says it: the config's defaults may not be what a host runs,
+    e.g. no CUDA graphs on a CPU)."""
     dev = getattr(engine, "device", "cpu")
-    return {"vocab_size": engine.spec.vocab_size, "max_context": engine.config.max_context,
+    cfg = engine.config
+    runner = getattr(engine, "runner", None)
+    storage = getattr(engine, "storage", None)
+    dtype = getattr(engine, "dtype", None)
+    return {"vocab_size": engine.spec.vocab_size, "max_context": cfg.max_context,
             "max_position_embeddings": getattr(engine.spec, "max_position_embeddings", None),
             "model": engine.spec.name, "device_type": getattr(dev, "type", str(dev)),
-            "kernel_impl": getattr(engine.config, "kernel_impl", None),
+            "kernel_impl": getattr(cfg, "kernel_impl", None),
+            "system": getattr(cfg, "system", None), "tp": getattr(cfg, "tp", 1),
+            "dtype": None if dtype is None else str(dtype).removeprefix("torch."),
+            "cuda_graphs": getattr(runner, "graphs", None) is not None,
+            "max_running": getattr(cfg, "max_running", None),
+            "chunked_prefill_tokens": getattr(cfg, "chunked_prefill_tokens", None),
+            "kv_slots": getattr(storage, "num_slots", None),
+            "kv_capacity": getattr(engine, "kv_capacity", None),  # tokens one request may hold
             "logprobs": True}  # SamplingParams.logprobs is served (Event.logprob / top_logprobs)
 
 
@@ -75,6 +89,17 @@ class EngineLoop:
         self.stop_event = threading.Event()
         self.thread = threading.Thread(target=self._run, name="granikv-engine", daemon=True)
         self.fatal: str | None = None
+        self.last_output = 0.0  # time.monotonic() when the engine's last step ended
+
+    def fail_all(self, error: str) -> None:
+        """End every stream with `error` (its handler answers it) and abort its request."""
+        for rid in list(self.streams):
+            st = self.streams.pop(rid, None)  # the engine's thread may have just finished it
+            if st is None:
+                continue
+            loop, q = st
+            loop.call_soon_threadsafe(q.put_nowait, Event(None, True, "error", error=error))
+            self.cmds.put(("abort", rid))
 
     @property
     def info(self) -> dict:
@@ -188,6 +213,7 @@ class EngineLoop:
         return True
 
     def _emit_step(self, outs) -> None:
+        self.last_output = time.monotonic()  # a step ended: progress, even with no token in it
         fan_out(self.streams, ((o.req.rid, step_event(o)) for o in outs))
 
 
@@ -196,7 +222,7 @@ def step_event(o) -> Event:
     lp = o.logprobs
     return Event(o.token, o.finished, o.req.finish_reason if o.finished else None,
                  prompt_tokens=len(o.req.input_ids), completion_tokens=len(o.req.output_ids),
-                 cached_tokens=o.req.cached_tokens, logprob=None if lp is None else lp.logprob,
+                 cached_tokens=o.req.cached_tokens, error=o.error, logprob=None if lp is None else lp.logprob,
                  top_logprobs=None if lp is None else lp.top)
 
 

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from aiohttp import web
 
+from granikv.server.body import MAX_PROMPTS
 from granikv.server.chat import chat_prompt
 from granikv.server.detok import ChoiceText
 from granikv.server.errors import ApiError, BadRequest, openai_body, openai_response
 from granikv.server.params import OpenAIRequest, get, parse_openai
-
-MAX_PROMPTS = 64  # prompts in one batched /v1/completions request
 
 if TYPE_CHECKING:
     from granikv.server.app import Server
@@ -50,6 +49,7 @@ class Choice:
     text: ChoiceText
     trace: RequestTrace
     tokens: int = 0
+    cached: int = 0  # prompt tokens the engine found in its prefix cache (the last event's count)
     finish_reason: str | None = None
     logprobs: list = field(default_factory=list)  # (token id, logprob, top [(id, logprob)]) per token
     sent_logprobs: int = 0  # entries already streamed
@@ -110,6 +110,10 @@ class OpenAIRoutes:
         return out
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
+        with self.s.tracked():
+            return await self._completions(request)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await self.s.json_body(request)
             self._check_model(body.get("model"))
@@ -123,11 +127,16 @@ class OpenAIRoutes:
         return await self._run(request, "cmpl", prompts, req, hint)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
+        with self.s.tracked():
+            return await self._chat(request)
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
             body = await self.s.json_body(request)
             self._check_model(body.get("model"))
             req = parse_openai(body, chat=True, logprobs_supported=self.s.logprobs_supported, default_max=None)
-            ids, _ = chat_prompt(body.get("messages"), self.s.codec)
+            ids, _ = chat_prompt(body.get("messages"), self.s.codec,
+                                 lambda text: self.s.encode_text(text, "messages"))
             prompts = [Prompt(self.s.ids(ids, None, "messages"), None)]
         except ApiError as e:
             return openai_response(e)
@@ -144,7 +153,8 @@ class OpenAIRoutes:
         try:
             plans = []
             for p in prompts:
-                max_new = req.max_tokens if req.max_tokens is not None else s.context_limit - len(p.ids)
+                # no max_tokens (chat's default): the rest of what the context and the KV cache hold
+                max_new = req.max_tokens if req.max_tokens is not None else s.request_limit - len(p.ids)
                 s.check_context(len(p.ids), max(max_new, 1), req.max_tokens_name)
                 plans.append((p, max_new))
             s.check_alive()
@@ -215,6 +225,7 @@ class OpenAIRoutes:
         toks = [e.token for e in evs if e.token is not None]
         last = evs[-1]
         c.tokens += len(toks)
+        c.cached = last.cached_tokens
         c.trace.tokens(len(toks))
         text_toks = toks
         if last.finished and last.finish_reason == "stop" and toks:
@@ -300,7 +311,14 @@ def _usage(choices: list[Choice]) -> dict:
             seen.add(id(c.prompt))
             prompt += len(c.prompt.ids)
     done = sum(c.tokens for c in choices)
-    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done}
+    # OpenAI's `prompt_tokens_details.cached_tokens` (vLLM and SGLang report it too): prompt tokens
+    # whose KV was reused from the prefix cache, once per prompt (the most any of its choices found)
+    per_prompt: dict[int, int] = {}
+    for c in choices:
+        per_prompt[id(c.prompt)] = max(per_prompt.get(id(c.prompt), 0), c.cached)
+    cached = sum(per_prompt.values())
+    return {"prompt_tokens": prompt, "completion_tokens": done, "total_tokens": prompt + done,
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 async def _send(resp: web.StreamResponse, obj: dict) -> None:

@@ -18,6 +18,10 @@ from granikv.server.errors import BadRequest
 MAX_N = 16  # choices per OpenAI request: n engine requests each
 MAX_LOGPROBS = 20  # top alternatives per token (OpenAI's chat limit; the engine's SamplingParams.logprobs)
 MAX_STOPS = 16
+# characters per stop string: stop strings are delimiters ("\nObservation:", "</answer>"); matching
+# them costs per generated token up to their length (detok.py), so a 100 kB one would slow its
+# request and the event loop it shares with every other client
+MAX_STOP_CHARS = 1024
 
 
 def get(body: dict, key: str, default=None):
@@ -143,6 +147,9 @@ def _stop(v) -> tuple[str, ...]:
         raise BadRequest(f"stop takes at most {MAX_STOPS} strings, got {len(v)}", "stop")
     if any(s == "" for s in v):
         raise BadRequest("stop strings must not be empty", "stop")
+    if any(len(s) > MAX_STOP_CHARS for s in v):
+        raise BadRequest(f"stop strings may be at most {MAX_STOP_CHARS} characters long, got "
+                         f"{max(len(s) for s in v)}", "stop")
     return tuple(v)
 
 

@@ -104,7 +104,7 @@ def _items(outs) -> list[tuple]:
     for o in outs:
         r = o.req
         item = (r.rid, o.token, o.finished, r.finish_reason if o.finished else None, len(r.input_ids),
-                len(r.output_ids), r.cached_tokens, None)
+                len(r.output_ids), r.cached_tokens, o.error)
         if o.logprobs is not None:
             item += (o.logprobs.logprob, o.logprobs.top)
         items.append(item)
@@ -120,7 +120,10 @@ def _event(item: tuple) -> Event:
 
 
 def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops us through the pipe
+    # the server stops us through the pipe, after draining its requests: a SIGTERM sent to the
+    # whole process group (systemd, harness.systems) must not kill the engine under them
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     t_start = time.perf_counter()
     try:
         if factory is None:
@@ -128,7 +131,8 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
 
         engine = factory(cfg)
     except Exception as e:  # noqa: BLE001 - reported to the server, which exits with it
-        msgs.send(("error", f"{type(e).__name__}: {e}"))
+        # a ValueError is a configuration the engine refuses: its message says it all
+        msgs.send(("error", str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"))
         return
     # the engine's build (torch import included) as the child saw it, beside the engine's own split
     startup = {**getattr(engine, "startup", {}), "engine_s": round(time.perf_counter() - t_start, 3)}
@@ -265,6 +269,7 @@ class EngineProcess:
         self._ids = itertools.count()
         self._send_lock = threading.Lock()
         self.fatal: str | None = None
+        self.last_output = 0.0  # time.monotonic() when the engine's last step ended
         self.info: dict = {}
         self.process_s: float | None = None
         self.reader = threading.Thread(target=self._read, name="granikv-engine-reader", daemon=True)
@@ -299,7 +304,22 @@ class EngineProcess:
             self.proc.join(timeout)
         if self.proc.is_alive():
             self.proc.kill()
-            self.proc.join(5)
+        if self.proc.pid is not None:
+            self.proc.join(5)  # reaps it: a dead engine process never stays behind as a zombie
+
+    def fail_all(self, error: str) -> None:
+        """End every stream with `error` (its handler answers it) and abort its request."""
+        for rid in list(self.streams):
+            st = self.streams.pop(rid, None)  # the engine's thread may have just finished it
+            if st is None:
+                continue
+            loop, q = st
+            loop.call_soon_threadsafe(q.put_nowait, Event(None, True, "error", error=error))
+            if not self.fatal:
+                try:
+                    self._send(("abort", rid))
+                except OSError:
+                    pass
 
     # -- asyncio side ---------------------------------------------------------------------------
     def _send(self, cmd) -> None:
@@ -340,6 +360,7 @@ class EngineProcess:
         value = await self._call("stats")
         if isinstance(value.get("startup"), dict) and self.process_s is not None:
             value["startup"] = {**value["startup"], "process_s": self.process_s}
+        value["engine_pid"] = self.proc.pid  # the process an operator (or a test) may signal
         return value
 
     async def profile(self, steps: int) -> dict:
@@ -351,7 +372,8 @@ class EngineProcess:
             while True:
                 msg = self._msg_r.recv()
                 kind = msg[0]
-                if kind == "out":
+                if kind == "out":  # one per engine step, empty for a prefill chunk that samples nothing
+                    self.last_output = time.monotonic()
                     self._dispatch(msg[1])
                 elif kind == "reply":
                     _, cid, ok, value = msg
@@ -362,6 +384,7 @@ class EngineProcess:
                     self._fail(msg[1])
                     return
         except (EOFError, OSError):
+            self.proc.join(2)  # reaped, so its exit code (a signal's, negative) can be told
             self._fail(f"the engine process exited (exit code {self.proc.exitcode})")
 
     def _dispatch(self, items) -> None:

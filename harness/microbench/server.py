@@ -51,6 +51,7 @@ class _Out:
     token: int
     finished: bool
     logprobs: None = None  # the engine's StepOutput field; the sim never computes logprobs
+    error: None = None  # the engine's StepOutput field; the sim never fails a request
 
 
 class SimEngine:

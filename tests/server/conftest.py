@@ -43,14 +43,15 @@ def start_server(*extra: str, timeout_s: float = 180.0) -> LiveServer:
                              "--port", str(port), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     t0, line = time.time(), ""
+    log: list[str] = []  # everything the server printed, its start-up lines included
     while "ready" not in line and time.time() - t0 < timeout_s:
         line = proc.stdout.readline()
+        log.append(line)
         if not line and proc.poll() is not None:
             break
     if "ready" not in line:
         proc.kill()
         raise RuntimeError(f"server did not start: {line!r}")
-    log: list[str] = []
     # drain the server's output, so a full pipe never blocks its logging
     threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True).start()
     url = f"http://127.0.0.1:{port}"

@@ -14,7 +14,7 @@ from granikv.server.text import TextCodec
 
 
 class _Pieces(TextCodec):
-    """A codec whose ids are characters of a fixed alphabet (piecewise, like the fallback)."""
+    """A codec whose ids are characters of a fixed alphabet (piecewise, like the id codec)."""
 
     ALPHA = "ab c\ufffd"
 
