@@ -161,13 +161,14 @@ def stale_cells(cells: Any, changes: Sequence[EngineChange] | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.results import load_results
+    from harness.results import load_cells
 
     ap = argparse.ArgumentParser(prog="python -m harness.engine_changes", description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", required=True, help="results/<hardware>")
     ap.add_argument("--sweep", action="append", default=[], help="only these sweeps (repeatable)")
     args = ap.parse_args(argv)
-    cells = load_results(args.results).cells
+    # every cell, the tagged A/B cells of adhoc/ included (the tables' ResultSet leaves those out)
+    cells = load_cells(args.results)
     if args.sweep and len(cells):
         cells = cells[cells["sweep"].isin(args.sweep)]
     changes = load_changes()

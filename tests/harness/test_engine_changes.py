@@ -167,6 +167,22 @@ def test_main_lists_the_stale_cells(repo, tmp_path, monkeypatch, capsys):
     assert "2 cells, 1 measured before" in out.err
 
 
+def test_main_counts_tagged_ab_cells(repo, tmp_path, monkeypatch, capsys):
+    """`--sweep adhoc` judges the tagged A/B cells too (the tables leave those out)."""
+    r, sha = repo
+    res = tmp_path / "results" / "hw"
+    ab = _cell(res, "adhoc", "granikv", sha["base"])
+    doc = json.loads(ab.read_text())
+    doc["config"]["tag"] = "hint"
+    ab.write_text(json.dumps(doc))
+    monkeypatch.setattr(engine_changes, "ROOT", r)
+    monkeypatch.setattr(engine_changes, "load_changes",
+                        lambda path=None: [engine_changes.EngineChange(sha["change"][:7], "the change")])
+    assert engine_changes.main(["--results", str(res), "--sweep", "adhoc"]) == 0
+    out = capsys.readouterr()
+    assert f"{ab}: predates" in out.out and "1 cells, 1 measured before" in out.err
+
+
 def test_batch_lines_re_measure_only_the_stale_cells(monkeypatch, tmp_path):
     """`lines --stale` keeps the sweep's cells whose result file is stale and asks to overwrite it."""
     prof = Path(batch.ROOT / "profiles" / "h200" / "pipeline.yaml")
