@@ -4,6 +4,8 @@ Layout under one hardware directory `results/<hardware>/`:
 
 - `<sweep>/<cell-id>.json`: one serving cell, `{"config", "metrics", "engine", "env"}` and an
   optional `"profile"` section (`{category: ms}`, see `harness.tables` for the categories).
+  `env.call_id` names the call the cell was measured in (the cells of one point share it,
+  `harness.point`); files written before cells recorded it have none (NaN in `load_cells`' frame).
 - `microbench/<name>.json`: `{"env": {...}, "records": [{...}, ...]}` (kernel microbenchmarks,
   ncu counters, dispatch-overhead captures; the record fields each consumer expects are listed
   in `harness.tables`).
@@ -89,6 +91,9 @@ def validate_cell(doc: Any, path: Path | str = "<memory>") -> None:
             v = doc[section][k]
             if not _is_number(v) or (isinstance(v, float) and math.isnan(v)):
                 raise ResultFileError(f"{path}: {section}.{k} must be a number, got {v!r}")
+    call_id = doc["env"].get("call_id")  # optional: files measured before cells recorded their call have none
+    if call_id is not None and not (isinstance(call_id, str) and call_id):
+        raise ResultFileError(f"{path}: env.call_id must be a non-empty string, got {call_id!r}")
     if "profile" in doc and not isinstance(doc["profile"], Mapping):
         raise ResultFileError(f"{path}: optional section 'profile' must be an object of category -> ms")
 
