@@ -1,10 +1,12 @@
 """harness.point: cells grouped into points, point ids, the run order over reps, one call id per
-point (recorded by every cell), `lines --mixed/--missing`."""
+point (recorded by every cell), `lines --mixed/--missing`, and the Snakemake plan of one job per
+point."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -239,3 +241,63 @@ def test_one_call_counts_a_file_without_a_call_id_as_a_call_of_its_own(tmp_path)
     assert point.one_call([c, tmp_path / "d.json"])  # a lone file, even without a call id: nothing to differ from
     write_result(a, "s", None)
     assert not point.one_call([a, c])
+
+
+# --------------------------------------------------------------------------- the Snakemake plan
+
+
+def _dry_run(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "profiles/cpu-smoke", "-n", *args, "--directory", str(ROOT)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return out.stdout + out.stderr
+
+
+def _jobs(text: str) -> dict[str, dict]:
+    jobs = {}
+    for block in text.split("\n\n"):
+        m = re.search(r"^rule (point_\S+):$", block, re.M)
+        if m:
+            missing = re.search(r"Missing output files: (.*)", block)
+            jobs[m.group(1)] = {
+                "output": re.search(r"^    output: (.*)$", block, re.M).group(1).split(", "),
+                "missing": missing.group(1).split(", ") if missing else [],
+                "shell": re.search(r"^Shell command: (.*)$", block, re.M).group(1),
+            }
+    return jobs
+
+
+def test_snakemake_runs_one_job_per_point_that_writes_all_its_cells(tmp_path):
+    results = tmp_path / "results"
+    text = _dry_run("cells", "gate", "--config", f"results_dir={results}")
+    jobs = _jobs(text)
+    profile = sweeps.PipelineProfile.from_dict({**_plain(_profile("cpu-smoke")), "results_dir": str(results)})
+    plan = sweeps.plan(profile)
+    want = point.points(plan.all_cells()) + point.points(sweeps.sweep_cells(sweeps.load_sweep("gate"), profile))
+    assert sorted(jobs) == sorted(f"point_{p.sweep}_{p.point_id}" for p in want)
+    for p in want:
+        job = jobs[f"point_{p.sweep}_{p.point_id}"]
+        assert sorted(job["output"]) == sorted(p.paths(profile))
+        cmd = job["shell"].split()
+        assert cmd[1:6] == ["-m", "harness.point", "run", p.sweep, p.point_id] and cmd[6] == "--profile"
+    # `--config` changed the profile: the job carries it as JSON, which harness.point reads back
+    shell = next(iter(jobs.values()))["shell"]
+    assert point.profile_of(shlex.split(shell)[7]) == profile
+    # a point with one cell measured: the job still writes (re-measures) all its cells
+    p = next(p for p in want if len(p.cells) > 1)
+    write_result(Path(p.paths(profile)[0]), "a" * 40, "old")
+    job = _jobs(_dry_run("cells", "--config", f"results_dir={results}"))[f"point_{p.sweep}_{p.point_id}"]
+    assert sorted(job["output"]) == sorted(p.paths(profile)) and len(job["missing"]) == len(p.cells) - 1
+
+
+def test_the_snakemake_job_names_the_profile_file_when_it_is_what_runs():
+    jobs = _jobs(_dry_run("-F", "point_table9_tiny-tp1-sharegpt-lp256-b4-k1-r0"))
+    assert list(jobs) == ["point_table9_tiny-tp1-sharegpt-lp256-b4-k1-r0"]
+    assert jobs["point_table9_tiny-tp1-sharegpt-lp256-b4-k1-r0"]["shell"].endswith(
+        "-m harness.point run table9 tiny-tp1-sharegpt-lp256-b4-k1-r0 --profile profiles/cpu-smoke/pipeline.yaml"
+    )
