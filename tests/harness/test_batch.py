@@ -297,6 +297,33 @@ def test_a_cell_that_finishes_in_time_returns_its_exit_code(tmp_path):
     assert rc == 3 and (tmp_path / "cell.log").read_text().strip() == "done"
 
 
+def test_a_runner_stopped_while_it_waits_stops_its_cell_first(tmp_path):
+    """harness.point turns SIGTERM (Snakemake stopping the job) into SystemExit inside run_until's
+    wait: the cell is SIGTERMed before the runner unwinds, so it stops its server."""
+    import os
+    import signal
+    import sys
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    pidfile = tmp_path / "server.pid"
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 3.0)
+    try:
+        with (tmp_path / "cell.log").open("w") as log, pytest.raises(SystemExit):
+            cell_proc.run_until([sys.executable, "-c", _CELL, str(pidfile), "stops"], log, timeout_s=None,
+                                grace_s=20.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    server = _wait_for(pidfile)
+    dead = wait_dead(server, 5.0)
+    if not dead:
+        os.kill(server, signal.SIGKILL)
+    assert dead, "the stopped runner's cell left its server running"
+
+
 def test_prepare_writes_the_commit_the_host_records(tmp_path, monkeypatch):
     """The host's copy of the tree may have a stale or no .git: scripts/gpu-host-env.sh exports
     the commit `prepare` wrote as GIT_SHA, which harness.provenance records in every cell."""
