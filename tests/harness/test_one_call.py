@@ -214,3 +214,26 @@ def test_point_of_drops_the_system_the_rep_and_granikvs_knobs():
         }
     )
     assert tables.point_of(row) == tables.PointRef("table24", 1, "llama-3.1-8b-tp1-burst-lp8192-b256-k1")
+
+
+def test_docs_render_reads_a_points_reps_of_one_call_as_the_tables_do():
+    from harness import docs_render
+
+    def doc(system: str, rep: int, tok: float, call: str | None) -> tuple[str, dict]:
+        env = {"call_id": call} if call else {}
+        return f"{system}{rep}", {
+            "config": {"system": system, "rep": rep, "lp": 1},
+            "metrics": {"output_throughput": tok},
+            "env": env,
+        }
+
+    cells = [
+        doc("paged", 0, 100.0, "a"),
+        doc("granikv", 0, 200.0, "a"),
+        doc("paged", 1, 100.0, None),
+        doc("granikv", 1, 400.0, None),
+    ]
+    pt, mixed = docs_render._point_reps(cells, lp=1)
+    assert not mixed and [d["metrics"]["output_throughput"] for d in pt["granikv"]] == [200.0]
+    pt, mixed = docs_render._point_reps(cells[2:], lp=1)
+    assert mixed and len(pt["granikv"]) == 1
