@@ -7,18 +7,26 @@
 #   snakemake --profile profiles/h200 gate          # the CI throughput gate (docs/gate.md)
 #
 # The profile's pipeline.yaml (its `configfile`) picks hardware, grid level, reps and GPUs;
-# harness/sweeps.py expands conf/sweep/*.yaml into cells. Each cell is one job running the
-# Hydra app `python -m harness.cell <overrides>` -> results/<hw>/<sweep>/<cell-id>.json.
-# Results that exist are never recomputed (they are write-protected, and profiles set
-# rerun-triggers to mtime, so a changed command line does not re-measure them); a killed run
-# resumes with the cells still missing. GPU jobs declare `resources: gpu=<tp>`, so cells never
-# share a GPU when the profile caps `gpu`.
+# harness/sweeps.py expands conf/sweep/*.yaml into cells, and harness/point.py groups them into
+# points: the cells of one sweep that differ only in system and granikv's knobs, rep included
+# (paged, cascade and granikv at one Lp, B, k, TP, workload and rep). A point is one job, a rule
+# of its own named `point_<sweep>_<point-id>` whose outputs are all its cell files
+# (results/<hw>/<sweep>/<cell-id>.json): `python -m harness.point run <sweep> <point-id>` measures
+# them back to back in one call, every cell recording the call's `env.call_id`, so a ratio never
+# mixes two calls. A point whose files all exist is never recomputed (profiles set rerun-triggers
+# to mtime, so a changed command line does not re-measure it); a point with a file missing — a
+# killed run, a failed cell (Snakemake then deletes the job's other outputs too) — is re-measured
+# whole. GPU jobs declare `resources: gpu=<tp>`, so points never share a GPU when the profile
+# caps `gpu`.
+import json
+import shlex
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir)))
 
-from harness.sweeps import PipelineProfile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
+from harness.point import points as group_points  # noqa: E402
+from harness.sweeps import PipelineProfile, load_profile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
 
 if not config:
     raise WorkflowError("no pipeline config: run with --profile profiles/<name> (cpu-smoke, h200, paper, a100-40gb)")
@@ -31,11 +39,10 @@ R = PROFILE.results
 VIEW = PROFILE.view
 TABLES = f"{PROFILE.tables_dir}/{PROFILE.hardware}"
 PLOTS = f"{PROFILE.plots_dir}/{PROFILE.hardware}"
-CELLS = {(c.sweep, c.cell_id): c for c in PLAN.all_cells()}
 # The CI gate (docs/gate.md): conf/sweep/gate.yaml's cells, in their own folder R/gate/, never
-# part of `all`; gated against the committed baseline by harness.gate.
+# part of `all`; gated against the committed baseline by harness.gate. Measured as points too.
 GATE_CELLS = sweep_cells(load_sweep("gate"), PROFILE)
-CELLS.update({(c.sweep, c.cell_id): c for c in GATE_CELLS})
+POINTS = group_points(PLAN.all_cells()) + group_points(GATE_CELLS)
 GATE_BASELINE = config.get("gate_baseline") or f"{PROFILE.results_dir}/baselines/{PROFILE.hardware}.json"
 GATE_MODE = config.get("gate_mode", "ratio")
 GATE_REPORT = f"{R}/gate/report"
@@ -43,6 +50,24 @@ TABLE_SWEEPS = PLAN.table_sweeps()
 ALL_TABLES = sorted(TABLE_SWEEPS)
 # Stand-in profiles (cpu-smoke) render tables from the paper-unit view of their results.
 MAKE_VIEW = f"{PYTHON} -m harness.sweeps view --results {R} --out {VIEW} && " if PROFILE.stand_in else ""
+
+
+def profile_arg():
+    """How `harness.point run` gets this run's pipeline profile: its file when the file says what
+    this run uses (the readable command line), else the profile as JSON (`--config` changed it)."""
+    for f in reversed(list(workflow.configfiles)):
+        try:
+            same = load_profile(f) == PROFILE
+        except (OSError, ValueError):
+            continue
+        if same:
+            path = Path(f).resolve()
+            return shlex.quote(str(path.relative_to(Path.cwd().resolve()) if path.is_relative_to(Path.cwd()) else path))
+    fields = {k: v for k, v in config.items() if k != "python" and not k.startswith("gate_")}
+    return shlex.quote(json.dumps(fields, sort_keys=True))
+
+
+PROFILE_ARG = profile_arg()
 
 
 def cell_files(cells):
@@ -62,8 +87,6 @@ def table_inputs(n):
 ALL_INPUTS = cell_files(PLAN.all_cells()) + microbench_files(PLAN.sweeps)
 
 wildcard_constraints:
-    sweep=r"table\d+|adhoc|gate",
-    cell=r"[A-Za-z0-9._\-]+",
     n=r"\d+",
     name=r"[A-Za-z0-9_\-]+",
 
@@ -112,17 +135,24 @@ rule gate:
         + gate_command()
 
 
-rule cell:
-    input:
-        [ancient(f"{R}/microbench/{n}.json") for n in PROFILE.cells_after],
-    output:
-        protected(R + "/{sweep}/{cell}.json"),
-    params:
-        cmd=lambda wc: CELLS[(wc.sweep, wc.cell)].command(PROFILE, PYTHON),
-    resources:
-        gpu=lambda wc: CELLS[(wc.sweep, wc.cell)].gpus if PROFILE.gpus else 0,
-    shell:
-        "{params.cmd}"
+# One rule per point (its outputs are fixed file names, so no wildcards): the job measures the
+# whole point, and Snakemake runs it when any of its cell files is missing. Not protected():
+# Snakemake refuses to run a job while one of its outputs is write-protected (it would have to
+# delete it first), and a point with some cells measured must run again whole, re-measuring them.
+for _p in POINTS:
+    rule:
+        name:
+            f"point_{_p.sweep}_{_p.point_id}"
+        input:
+            [ancient(f"{R}/microbench/{n}.json") for n in PROFILE.cells_after],
+        output:
+            _p.paths(PROFILE),
+        params:
+            cmd=f"{shlex.quote(PYTHON)} -m harness.point run {_p.sweep} {_p.point_id} --profile {PROFILE_ARG}",
+        resources:
+            gpu=_p.gpus if PROFILE.gpus else 0,
+        shell:
+            "{params.cmd}"
 
 
 rule microbench:

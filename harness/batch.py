@@ -5,26 +5,38 @@ lent GPU machines (one command at a time, a fixed time limit, no package index):
 generated here, where the ShareGPT package and the tokenizer are installed, and carried there
 compressed (a 16K-prefix ShareGPT file is 48 MB of JSON but 0.2 MB of xz: the prefix repeats).
 
+A list is measured point by point (harness.point: the cells of one sweep that differ only in
+system and granikv's knobs, rep included), as Snakemake does: consecutive lines of one point form
+that point, its cells run back to back in one call (one fresh GRANIKV_CALL_ID, recorded as every
+cell's `env.call_id`), systems in the rep's rotated order, and a point is only ever started
+whole, so no ratio mixes cells from two calls.
+
     # here: a cell list (one `python -m harness.cell` override line per cell, `#` comments): a
-    # sweep's cells under a profile, filtered, leaving out measured cells ...
+    # sweep's points under a profile, filtered, the ones with a cell still unmeasured ...
     python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \\
         --where lp=2048 --where batch=128,512 --missing results/h200 > cells.txt
-    # ... or the cells measured before a listed engine change, as overwrite=true lines
+    # ... or the points whose measured cells come from more than one call ...
+    python -m harness.batch lines table9 --mixed results/h200 > cells.txt
+    # ... or the points with a cell measured before a listed engine change
     python -m harness.batch lines table6 --stale results/h200 --where lp=16384 > cells.txt
     # here: write the listed cells' workloads, xz-compressed, into .carry/workloads and the
     # commit the cells will record into .carry/src.sha; carry .carry (and the list) to the host
     python -m harness.batch prepare cells.txt
     # there: `source scripts/gpu-host-env.sh` (GIT_SHA, carried packages, NCCL settings, workloads
-    # unpacked), then run every cell whose result file is missing, start no new cell once less
-    # than --reserve-s of --budget-s is left, and tar the new result files and the cells' logs
+    # unpacked), then run every point not measured yet, start no point once the budget left is
+    # below --reserve-s per cell of it, and tar the new result files and the cells' logs
     python -m harness.batch run cells.txt --budget-s 560 --tar "$OUT/results.tar.gz"
     # here: extract the tarball's result files into results/ (a re-measured cell replaces its
     # file; git keeps the old one), then re-render the tables and reports (README.md, "GPU host")
     python -m harness.batch land results.tar.gz
 
-A cell that fails is reported and the batch goes on; its log is kept in the tarball. A cell whose
-result file exists is skipped — by harness.cell, or here for an `overwrite=true` cell whose file
-was measured at this very commit — so a list can be run again after a partial call.
+`lines` always prints whole points (`--where` picks the points that hold a matching cell), with
+`overwrite=true` on each cell whose result file exists in a folder it was given, so a list never
+completes a point with cells of another call. In `run`, a point whose cells all have result files
+is skipped — without `overwrite=true`, or when they were all re-measured at this very commit in
+one call — and any other point is measured whole (its measured cells with `overwrite=true`), so a
+list can run again after a partial call. A cell that fails is reported, the point's other cells
+and the batch go on; its log is kept in the tarball.
 """
 
 from __future__ import annotations
@@ -35,18 +47,14 @@ import lzma
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import IO
 
-ROOT = Path(__file__).resolve().parent.parent
-# granikv's own knobs (HOT share, COLD page size): a point's granikv cells may set them (Tables 18,
-# 21, 24) while its baselines keep the defaults, so they do not split a point
-GRANIKV_KNOBS = ("hot_fraction", "cold_page_size")
-
+from harness.cell_env import new_call_id
+from harness.cell_proc import ROOT, STOP_GRACE_S
+from harness.point import call_of, group_lines, line_values, one_call, points, run_cell, run_order, with_overwrite
 
 # what every cell line names, so a fragment (e.g. server options alone, appended to an empty
 # `lines` output) is refused up front instead of running as a default granikv cell
@@ -72,69 +80,85 @@ def read_cells(path: Path) -> list[list[str]]:
 
 
 def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | None,
-                stale: Path | None = None) -> list[str]:
-    """The Hydra override lines of a sweep's cells under a pipeline profile (the same overrides
-    Snakemake passes), keeping cells whose values match every `key=v1,v2` filter and, with
-    `missing`, only those without a result file under `missing/<sweep>/`; with `stale`, only those
-    whose result file under `stale/<sweep>/` predates a listed engine change
-    (harness.engine_changes), as `overwrite=true` lines that re-measure them."""
+                stale: Path | None = None, mixed: Path | None = None) -> list[str]:
+    """The Hydra override lines of a sweep's points under a pipeline profile (the same overrides
+    Snakemake passes), whole points in first-seen order, each point's cells in canonical order.
+
+    A point is kept when one of its cells matches every `key=v1,v2` filter and — when any of
+    these is given, at least one of them holds — with `missing`, one of its cells has no result
+    file under `missing/<sweep>/`; with `mixed`, its result files under `mixed/<sweep>/` do not
+    all share one `env.call_id` (a file without one is a call of its own); with `stale`, one of
+    its result files under `stale/<sweep>/` predates a listed engine change
+    (harness.engine_changes). With any of those folders, the points of the further reps measured
+    there (batch lists add reps beyond the profile's) are looked at too. A cell whose
+    result file exists under one of those folders gets `overwrite=true`: the point is
+    re-measured whole, never completed with cells of another call."""
+    return [line for lines in point_lines(sweep, profile, where, missing, stale, mixed) for line in lines]
+
+
+def point_lines(sweep: str, profile: Path, where: list[str], missing: Path | None,
+                stale: Path | None = None, mixed: Path | None = None) -> list[list[str]]:
+    """`sweep_lines`, one list of lines per point."""
     from harness.sweeps import load_profile, load_sweep, sweep_cells
 
-    stale_files = None
-    if stale is not None:
-        stale_files = stale_paths(stale)
-
+    stale_files = stale_paths(stale) if stale is not None else None
     prof = load_profile(profile)
     filters = {}
     for w in where:
         key, _, vals = w.partition("=")
         filters[key] = {v.strip() for v in vals.split(",")}
-    # grouped by the point without its system (and granikv's knobs), in first-seen order: the
-    # systems of one (Lp, B, ...) point run back to back, so their ratio comes from one run
-    points: dict[tuple, list[str]] = {}
-    cells = sweep_cells(load_sweep(sweep), prof)
-    if stale is not None:
-        cells = _with_measured_reps(cells, stale / sweep)
-    for cell in cells:
-        if any(str(cell.values.get(k)) not in vs for k, vs in filters.items()):
+    folders = [d / sweep for d in (missing, mixed, stale) if d is not None]
+    cells = _with_measured_reps(sweep_cells(load_sweep(sweep), prof), folders)
+    out = []
+    for point in points(cells):
+        if filters and not any(all(str(c.values.get(k)) in vs for k, vs in filters.items()) for c in point.cells):
             continue
-        if missing is not None and (missing / sweep / f"{cell.cell_id}.json").exists():
-            continue
-        extra = []
+        chosen = []
+        if missing is not None:
+            chosen.append(any(not (missing / sweep / f"{c.cell_id}.json").exists() for c in point.cells))
+        if mixed is not None:
+            chosen.append(not one_call(mixed / sweep / f"{c.cell_id}.json" for c in point.cells))
         if stale_files is not None:
-            if (stale / sweep / f"{cell.cell_id}.json").resolve() not in stale_files:
-                continue
-            extra = ["overwrite=true"]
-        point = tuple(sorted((k, str(v)) for k, v in cell.values.items()
-                             if k != "system" and k not in GRANIKV_KNOBS))
-        points.setdefault(point, []).append(shlex.join(cell.overrides(prof) + extra))
-    return [line for lines in points.values() for line in lines]
+            chosen.append(any((stale / sweep / f"{c.cell_id}.json").resolve() in stale_files for c in point.cells))
+        if chosen and not any(chosen):
+            continue
+        lines = []
+        for c in point.cells:
+            ov = c.overrides(prof)
+            if any((d / f"{c.cell_id}.json").exists() for d in folders):
+                ov = with_overwrite(ov)
+            lines.append(shlex.join(ov))
+        out.append(lines)
+    return out
 
 
-def _with_measured_reps(cells: list, folder: Path) -> list:
-    """The profile's cells plus every further repetition that has a result file in `folder`.
+def _with_measured_reps(cells: list, folders: list[Path]) -> list:
+    """The profile's cells plus, for each point, every further repetition of which a result file
+    is in one of `folders` (the whole point at that rep, right after the point).
 
     Why: a profile runs `reps` repetitions (1 for h200), but batch lists add more (`rep=1`,
     `rep=2`) by hand, and the tables average every complete repetition of a point. Re-measuring
     only rep 0 of a stale point would average a new rep 0 with stale reps 1-2 — a mean across a
-    code change — so the stale lines must cover the extra reps as well."""
+    code change — so the stale lines must cover the extra reps as well, and the missing and mixed
+    ones a partly measured or mixed extra rep."""
     from dataclasses import replace
 
     from harness.sweeps import _identity, cell_id
 
-    out, seen = [], {c.cell_id for c in cells}
-    for cell in cells:  # each extra rep right after its cell: a point's reps stay together
-        out.append(cell)
-        rep = int(cell.values.get("rep", 0)) + 1
+    def at_rep(cell, rep):
+        values = {**cell.values, "rep": rep}
+        return replace(cell, cell_id=cell_id(_identity(values)), values=values, paper={**cell.paper, "rep": rep})
+
+    out, seen = [], set()
+    for point in points(cells):
+        rep, more = point.rep, list(point.cells)
         while True:
-            values = {**cell.values, "rep": rep}
-            cid = cell_id(_identity(values))
-            if not (folder / f"{cid}.json").exists():
-                break
-            if cid not in seen:
-                seen.add(cid)
-                out.append(replace(cell, cell_id=cid, values=values, paper={**cell.paper, "rep": rep}))
+            out += [c for c in more if c.cell_id not in seen]
+            seen.update(c.cell_id for c in more)
             rep += 1
+            more = [at_rep(c, rep) for c in point.cells]
+            if not any((d / f"{c.cell_id}.json").exists() for c in more for d in folders):
+                break
     return out
 
 
@@ -235,83 +259,85 @@ def unpack(carry: Path, workloads: Path) -> None:
             os.replace(tmp, dst)
 
 
-STOP_GRACE_S = 40.0  # the server's stop_grace_s (30 s) and the cell's own unwinding
-
-
-def run_until(cmd: list[str], log: IO[str], timeout_s: float, grace_s: float = STOP_GRACE_S) -> int | str:
-    """Run `cmd` into `log`; past `timeout_s`, SIGTERM it and SIGKILL it only after `grace_s`.
-
-    Why not subprocess.run(timeout=...): that SIGKILLs the cell at once, so harness.cell never
-    reaches launch()'s finally, and its server — started in a session of its own so that it and
-    its TP workers can be signalled as one group — lives on, holding most of the GPU's memory
-    (the engine sizes its KV pool from the memory it finds free). Every later cell of the call
-    then measures a smaller engine next to an idle one, or fails to start. SIGTERM is what
-    harness.cell turns into SystemExit, which stops the server. Returns the exit code, or
-    "timeout" when the deadline passed."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    proc.terminate()
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    return "timeout"
-
-
 def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -> list[dict]:
-    """Run the cells in order; a cell is started only while more than `reserve_s` of the budget
-    is left (a Lp=16K B=256 cell takes about a minute on an H200)."""
+    """Run the list point by point (consecutive lines of one point: harness.point.group_lines).
+
+    A point is started only while the budget left covers `reserve_s` per cell of it (a Lp=16K
+    B=256 cell takes about a minute on an H200); its cells then run back to back with one fresh
+    GRANIKV_CALL_ID, systems in the rep's rotated order, each stopped cleanly at the budget's end.
+    A point whose cells all have result files is skipped when its lines do not ask to overwrite,
+    or when every cell was re-measured at this commit in one call (`remeasured_at_this_commit`);
+    any other point is measured whole, its measured cells with `overwrite=true`."""
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    report = []
-    for i, ov in enumerate(cells):
+    report: list[dict] = []
+    groups = group_lines(cells)
+    for g, group in enumerate(groups):
+        head = f"[point {g + 1}/{len(groups)}]"
         left = budget_s - (time.monotonic() - t0)
-        if left < reserve_s:
-            report.append({"cell": ov, "status": "not started (budget)"})
-            print(f"[{i + 1}/{len(cells)}] not started: {left:.0f}s left", flush=True)
+        if left < reserve_s * len(group):
+            report += [{"cell": cells[i], "status": "not started (budget)"} for i in group]
+            print(f"{head} not started: {left:.0f}s left, {len(group)} cells need {reserve_s * len(group):.0f}s",
+                  flush=True)
             continue
-        done_at = measured_at_this_commit(ov)
-        if done_at:
-            report.append({"cell": ov, "status": 0, "skipped": done_at})
-            print(f"[{i + 1}/{len(cells)}] skipped: re-measured at {done_at[:7]} already (this commit)", flush=True)
+        try:
+            paths = [_result_path(cells[i]) for i in group]
+        except Exception as exc:  # noqa: BLE001 - a line Hydra cannot compose: report it, go on
+            report += [{"cell": cells[i], "status": f"invalid: {exc}"} for i in group]
+            print(f"{head} not started: a line does not compose: {exc}", flush=True)
             continue
-        log = logs / f"cell{i:02d}.log"
-        t = time.monotonic()
-        cmd = [sys.executable, "-m", "harness.cell", *ov]
-        with log.open("w") as f:
-            rc = run_until(cmd, f, timeout_s=max(30.0, left - 5 - STOP_GRACE_S), grace_s=STOP_GRACE_S)
-        tail = log.read_text().strip().splitlines()[-1:] or [""]
-        report.append({"cell": ov, "status": rc, "s": round(time.monotonic() - t, 1)})
-        print(f"[{i + 1}/{len(cells)}] rc={rc} {time.monotonic() - t:.0f}s {' '.join(ov)}\n    {tail[0][:300]}",
-              flush=True)
+        if all(p.exists() for p in paths):
+            done = "measured" if not any("overwrite=true" in cells[i] for i in group) \
+                else remeasured_at_this_commit(paths)
+            if done:
+                report += [{"cell": cells[i], "status": 0, "skipped": done} for i in group]
+                why = "measured already" if done == "measured" else f"re-measured at {done[:7]} in one call already"
+                print(f"{head} skipped: {why}", flush=True)
+                continue
+        rep = int(line_values(cells[group[0]]).get("rep", 0) or 0)
+        order = run_order(group, rep, lambda i: line_values(cells[i]))
+        call = new_call_id()
+        print(f"{head} {len(group)} cells in one call {call}", flush=True)
+        for i in order:
+            ov = with_overwrite(cells[i]) if paths[group.index(i)].exists() else list(cells[i])
+            left = budget_s - (time.monotonic() - t0)
+            log = logs / f"cell{i:02d}.log"
+            t = time.monotonic()
+            with log.open("w") as f:
+                rc = run_cell(ov, call, f, timeout_s=max(30.0, left - 5 - STOP_GRACE_S))
+            tail = log.read_text().strip().splitlines()[-1:] or [""]
+            report.append({"cell": ov, "status": rc, "s": round(time.monotonic() - t, 1), "call_id": call})
+            print(f"[{i + 1}/{len(cells)}] rc={rc} {time.monotonic() - t:.0f}s {' '.join(ov)}\n    {tail[0][:300]}",
+                  flush=True)
     return report
 
 
-def measured_at_this_commit(ov: list[str], sha: str | None = None) -> str | None:
-    """For an `overwrite=true` cell: the commit of its existing result file when that is this
-    commit (GIT_SHA on a lent host), else None. Why: a list of re-measures is run again after a
-    partial call (the budget ran out), and the cells it already re-measured must not run twice;
-    cells without overwrite are skipped by harness.cell itself when their file exists. A dirty
-    tree never counts as the same commit."""
-    if "overwrite=true" not in ov:
-        return None
+def _result_path(ov: list[str]) -> Path:
     from harness.cell_config import result_path
+
+    return ROOT / result_path(compose([o for o in ov if not o.startswith("overwrite=")]))
+
+
+def remeasured_at_this_commit(paths: list[Path], sha: str | None = None) -> str | None:
+    """For a point of `overwrite=true` lines whose result files all exist: this commit when every
+    file was measured at it and all in one call, else None. Why: a list of re-measures is run
+    again after a partial call (the budget ran out), and the points it already re-measured must
+    not run twice, while a point cut short (some cells re-measured, some not) runs again whole.
+    A dirty tree never counts as the same commit."""
     from harness.provenance import git_sha
 
     sha = sha or git_sha(default=None)
     if not sha or sha.endswith("-dirty"):
         return None
-    cfg = compose([o for o in ov if not o.startswith("overwrite=")])
-    path = ROOT / result_path(cfg)
-    try:
-        recorded = json.loads(path.read_text()).get("env", {}).get("git_sha")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return recorded if recorded == sha else None
+    for path in paths:
+        try:
+            recorded = json.loads(path.read_text()).get("env", {}).get("git_sha")
+        except (OSError, ValueError, AttributeError):
+            return None
+        if recorded != sha:
+            return None
+    calls = {call_of(p) for p in paths}
+    return sha if len(calls) == 1 and None not in calls else None
 
 
 def tar_new(dst: Path, results: Path, logs: Path, since: float, runs: bool = False) -> None:
@@ -340,11 +366,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--carry", type=Path, default=carry)
     p.add_argument("--sha-file", type=Path, default=ROOT / ".carry" / "src.sha",
                    help="where to write the commit the cells record (GIT_SHA on the host)")
-    r = sub.add_parser("run", help="run the cells (on the GPU host)")
+    r = sub.add_parser("run", help="run the list point by point (on the GPU host)")
     r.add_argument("cells", type=Path)
     r.add_argument("--carry", type=Path, default=carry)
     r.add_argument("--budget-s", type=float, default=560.0)
-    r.add_argument("--reserve-s", type=float, default=75.0, help="do not start a cell with less time left")
+    r.add_argument("--reserve-s", type=float, default=75.0,
+                   help="the time a cell may need: a point starts only with this much left per cell of it")
     r.add_argument("--logs", type=Path, default=ROOT / "batch-logs")
     r.add_argument("--tar", type=Path, default=None,
                    help="tar the new result files and the logs into this file at the end (lent machines "
@@ -356,14 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     la.add_argument("--dry-run", action="store_true", help="print what would land, change nothing")
     u = sub.add_parser("unpack", help="only unpack the carried workloads into workloads/ (on the GPU host)")
     u.add_argument("--carry", type=Path, default=carry)
-    ln = sub.add_parser("lines", help="print a sweep's cell lines (filtered) for a cell list")
+    ln = sub.add_parser("lines", help="print a sweep's cell lines, whole points (filtered), for a cell list")
     ln.add_argument("sweep")
     ln.add_argument("--profile", type=Path, default=ROOT / "profiles" / "h200" / "pipeline.yaml")
-    ln.add_argument("--where", action="append", default=[], help="key=v1,v2 (repeatable)")
-    ln.add_argument("--missing", type=Path, default=None, help="leave out cells with a result under this folder")
+    ln.add_argument("--where", action="append", default=[],
+                    help="key=v1,v2 (repeatable): the points holding a cell that matches every filter")
+    ln.add_argument("--missing", type=Path, default=None,
+                    help="only points with a cell that has no result under this folder")
+    ln.add_argument("--mixed", type=Path, default=None,
+                    help="only points whose results under this folder do not all share one env.call_id")
     ln.add_argument("--stale", type=Path, default=None,
-                    help="only cells whose result under this folder predates a listed engine change "
-                         "(harness.engine_changes), with overwrite=true")
+                    help="only points with a result under this folder that predates a listed engine change "
+                         "(harness.engine_changes)")
     args = ap.parse_args(argv)
     if args.cmd == "unpack":
         unpack(args.carry, ROOT / "workloads")
@@ -380,10 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(done['replaced'])} replaced, {len(done['new'])} new", flush=True)
         return 0
     if args.cmd == "lines":
-        found = sweep_lines(args.sweep, args.profile, args.where, args.missing, args.stale)
-        if found:  # no empty line for an empty selection: `... | sed 's/$/ opts/'` would make it a cell
-            print("\n".join(found))
-        print(f"{args.sweep}: {len(found)} cell lines", file=sys.stderr)
+        found = point_lines(args.sweep, args.profile, args.where, args.missing, args.stale, args.mixed)
+        lines = [line for point in found for line in point]
+        if lines:  # no empty line for an empty selection: `... | sed 's/$/ opts/'` would make it a cell
+            print("\n".join(lines))
+        print(f"{args.sweep}: {len(lines)} cell lines, {len(found)} points", file=sys.stderr)
         return 0
     try:
         cells = read_cells(args.cells)

@@ -1,7 +1,9 @@
-"""The environment a cell measures in: versions, GPUs, and whether the GPUs it needs are idle.
+"""The environment a cell measures in: versions, GPUs, the call it ran in, and whether the GPUs it
+needs are idle.
 
 Recorded in every result file (`environment`), so a number can be traced to the host and library
-versions it was measured with; `check_gpus_idle` refuses to measure beside another job's memory.
+versions it was measured with, and to the call that measured it (`call_id`: the cells of one point
+share it, `harness.point`); `check_gpus_idle` refuses to measure beside another job's memory.
 """
 
 from __future__ import annotations
@@ -9,12 +11,17 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import uuid
 from typing import Any
 
 from omegaconf import DictConfig
 
 from harness.cell_config import CellError
 from harness.provenance import git_sha
+
+# The call a cell runs in: harness.point and harness.batch export one id to every cell of a point,
+# so the cells whose ratios are compared can be told to come from one run on one machine.
+CALL_ID_ENV = "GRANIKV_CALL_ID"
 
 
 def _version(dist: str) -> str | None:
@@ -99,11 +106,22 @@ def check_gpus_idle(cfg: DictConfig) -> list[dict[str, int]] | None:
     return rows
 
 
+def new_call_id() -> str:
+    """A fresh, unique call id (hex, no separators: safe in file names and shell words)."""
+    return uuid.uuid4().hex
+
+
+def call_id() -> str:
+    """The call this cell runs in: `GRANIKV_CALL_ID` when set (the cells of one point share it),
+    else a fresh id — a cell run alone is a call of its own."""
+    return os.environ.get(CALL_ID_ENV, "").strip() or new_call_id()
+
+
 def environment(started_at: str, gpu_memory_at_start: list[dict[str, int]] | None) -> dict[str, Any]:
     gpu, count = gpus()
     return {
         "gpu": gpu, "gpu_count": count, "torch": _version("torch"), "triton": _version("triton"),
-        "python": platform.python_version(), "git_sha": git_sha(), "started_at": started_at,
+        "python": platform.python_version(), "git_sha": git_sha(), "call_id": call_id(), "started_at": started_at,
         "host": platform.node(), "cpu_count": os.cpu_count(),
         "gpu_memory_at_start": gpu_memory_at_start,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

@@ -15,12 +15,15 @@ from harness.docs_render import (
     HARDWARE,
     HEADER,
     KIB_PER_TOKEN_LAYER,
+    MIXED_MARK,
+    MIXED_NOTE,
     Sources,
     _cite,
     _decode_ms,
     _git,
     _mean,
-    _point,
+    _one_call,
+    _point_reps,
     _table,
     _tok,
 )
@@ -31,10 +34,10 @@ def render(src: Sources) -> str:
     grid = src.cells("table9")
     hw = yaml.safe_load((src.root / HARDWARE).read_text())
     thr = hw["prefix_pass_min_saved_mib"]
-    rows = []
+    rows, any_mixed = [], False
     for lp, b in ((512, 8), (2048, 8), (512, 32), (8192, 8), (2048, 32), (16384, 8), (8192, 32), (16384, 32),
                   (512, 128)):
-        pt = _point(grid, lp=lp, batch=b, workload="sharegpt", tp=1, model="llama-3.1-8b")
+        pt, mixed = _point_reps(grid, lp=lp, batch=b, workload="sharegpt", tp=1, model="llama-3.1-8b")
         if not all(pt.values()):
             continue
         saved = (b - 1) * lp * KIB_PER_TOKEN_LAYER / 1024
@@ -44,13 +47,18 @@ def render(src: Sources) -> str:
         rows.append((lp, b, f"{saved:.0f}", "pass" if saved >= thr else "plain",
                      f"{pass_steps} / {plain}",
                      f"{_mean(_decode_ms(x) for x in pt['paged']):.2f}", f"{_mean(_decode_ms(x) for x in g):.2f}",
-                     f"{_mean(_tok(x) for x in g) / _mean(_tok(x) for x in pt['paged']):.3f}", len(g)))
+                     f"{_mean(_tok(x) for x in g) / _mean(_tok(x) for x in pt['paged']):.3f}"
+                     + (MIXED_MARK if mixed else ""), len(g)))
+        any_mixed |= mixed
     out = [HEADER, "", "The classes of one prefix pass launch take it when Σ (n − 1) · Lp · 4 KiB ≥ "
            f"`prefix_pass_min_saved_mib` = {thr} MiB per layer (`{HARDWARE}`); Table 9 ShareGPT points at "
            "small B, one whole-batch class n = B. Decode ms per step over the measured run "
-           "(`engine.decode_time_s` / `decode_steps`, warm-up left out), means over complete reps:", ""]
+           "(`engine.decode_time_s` / `decode_steps`, warm-up left out), means over the reps the tables read "
+           "(complete, and of one call where there are any):", ""]
     out += _table(("Lp", "B", "avoided MiB/layer at n = B", "rule", "granikv pass / plain steps (all reps)",
                    "paged decode ms/step", "granikv decode ms/step", "granikv / paged tok/s", "reps"), rows)
+    if any_mixed:
+        out += ["", MIXED_NOTE]
     out += ["", _cite(f"{H200}/table9/*-b{{8,32,128}}-*.json", HARDWARE)]
     sweep = f"{H200}/microbench/prefix-rule.json"
     if (src.root / sweep).exists():
@@ -67,21 +75,24 @@ COLD_RANGE = {tag: f"{H200}/adhoc/{sys}-llama-3.1-8b-tp1-multiprefix-lp8192-b256
 
 def render_cold_range(src: Sources) -> list[str]:
     """multiprefix k=64 with COLD classes read through a row (`cold_range_as_slab=false`) and as
-    slabs when their run is one slot range (the default), beside paged (measured in one call, or
-    said not to be)."""
+    slabs when their run is one slot range (the default), beside paged (measured in one call —
+    one `env.call_id` — or said not to be, the ratios then marked)."""
     if not all((src.root / rel).exists() for rel in COLD_RANGE.values()):
         return []
     docs = {tag: src.json(rel) for tag, rel in COLD_RANGE.items()}
     paged = _tok(docs["hint"])
+    mark = "" if _one_call(docs.values()) else MIXED_MARK
     rows = []
     for tag, label in (("hint", "paged"), ("nohint-rows", "granikv, COLD classes through a row"),
                        ("nohint", "granikv, COLD ranges as slabs (default)")):
         d = docs[tag]
         e = d["engine"]
-        rows.append((label, _git(d), f"{_tok(d):.0f}", f"{_tok(d) / paged:.3f}", f"{_decode_ms(d):.1f}",
+        rows.append((label, _git(d), f"{_tok(d):.0f}", f"{_tok(d) / paged:.3f}" + (mark if tag != "hint" else ""),
+                     f"{_decode_ms(d):.1f}",
                      e.get("contiguous_cold", "—"), (e.get("class_decisions") or {}).get("rows", "—")))
-    calls = ("one call" if len({r[1] for r in rows}) == 1 else
-             "cells of different calls (the git column): the ratios are not back-to-back ones")
+    calls = ("one call" if not mark else
+             f"cells of different calls, or without a call id: the ratios, marked {MIXED_MARK}, are not "
+             "back-to-back ones")
     out = ["", "## COLD classes in one slot range", "", f"Multiprefix k = 64, Lp = 8K, B = 256, no hint ({calls}). "
            "The HOT pool holds 20 of the 64 prefixes; the rest are COLD classes.", ""]
     out += _table(("cell", "git", "output tok/s", "× paged", "decode ms/step", "COLD classes as slabs",

@@ -2,16 +2,18 @@
 
 Two modes (DESIGN §7):
 
-- `ratio` (default): per cell, GraniKV's output throughput over paged's, both measured in the
-  same run, so machine drift (clocks, neighbours, driver) cancels out. This is the mode to gate
-  CI on.
+- `ratio` (default): per cell, GraniKV's output throughput over paged's, so machine drift
+  (clocks, neighbours, driver) cancels out. This is the mode to gate CI on. The ratio is taken
+  over the reps whose two cells carry one call id (`env.call_id`: measured back to back in one
+  call) where there are any; else over every rep, and the check is marked mixed-call (‡ in the
+  reports): its two systems were measured in different calls, so run-to-run spread enters it.
 - `absolute`: per cell and system, the output throughput itself; only meaningful on the same
   hardware key, so the baseline's `hardware` must match the results directory's name.
 
 A cell is identified by `key_fields` (config keys plus the sweep), never by file name, and reps
-are averaged. A check regresses when `current < baseline * (1 - tolerance)` (the boundary
-itself passes); a value above `baseline * (1 + tolerance)` is reported as improved (consider
-refreshing the baseline) but passes.
+are averaged (a ratio: over its reps of one call, as above). A check regresses when
+`current < baseline * (1 - tolerance)` (the boundary itself passes); a value above
+`baseline * (1 + tolerance)` is reported as improved (consider refreshing the baseline) but passes.
 
 Exit codes: 0 pass, 1 regression, 2 usage or missing-data error (no results, a baseline cell
 with no current counterpart unless `--allow-missing`, hardware mismatch in absolute mode,
@@ -70,6 +72,7 @@ DEFAULT_ABS_TOLERANCE = 0.10
 MODES = ("ratio", "absolute", "both")
 _EPS = 1e-9  # relative slack so a value exactly on the threshold passes despite float rounding
 
+MIXED_MARK = "‡"  # a ratio whose two systems were measured in different calls (harness.table_render)
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 VERDICTS = {EXIT_PASS: "PASS", EXIT_REGRESSION: "FAIL (regression)", EXIT_ERROR: "ERROR (missing data)"}
 
@@ -115,16 +118,47 @@ def _key_values(row: pd.Series, fields: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+RepValues = Mapping[int, tuple[tuple[float, ...], tuple[str | None, ...]]]  # rep -> (metric values, call ids)
+
+
 @dataclass(frozen=True)
 class Measurement:
-    """Mean metric per (cell key, system variant) of one result set."""
+    """Mean metric per (cell key, system variant) of one result set, and per rep the values and
+    call ids behind it."""
 
     values: Mapping[tuple[Key, str], float]
     key_values: Mapping[Key, Mapping[str, Any]]
+    reps: Mapping[tuple[Key, str], RepValues] = field(default_factory=dict)
+
+    def one_call_reps(self, key: Key, systems: Sequence[str]) -> list[int]:
+        """The reps where every one of `systems` has a cell and all of them carry one call id."""
+        per = [self.reps.get((key, s), {}) for s in systems]
+        if not per or not all(per):
+            return []
+        out = []
+        for r in sorted(set.intersection(*(set(p) for p in per))):
+            ids = [c for p in per for c in p[r][1]]
+            if None not in ids and len(set(ids)) == 1:
+                out.append(r)
+        return out
+
+    def _mean(self, key: Key, system: str, reps: Sequence[int]) -> float:
+        xs = [x for r in reps for x in self.reps[(key, system)][r][0]]
+        return sum(xs) / len(xs)
 
     def ratio(self, key: Key, numerator: str, denominator: str) -> float | None:
-        num, den = self.values.get((key, numerator)), self.values.get((key, denominator))
+        """numerator / denominator over their reps of one call where there are any, else over every rep."""
+        one = self.one_call_reps(key, (numerator, denominator))
+        if one:
+            num, den = self._mean(key, numerator, one), self._mean(key, denominator, one)
+        else:
+            num, den = self.values.get((key, numerator)), self.values.get((key, denominator))
         return None if num is None or den is None or den == 0 else num / den
+
+    def mixed(self, key: Key, numerator: str, denominator: str) -> bool:
+        """The ratio exists and no rep holds its two systems in one call."""
+        return (numerator != denominator and self.ratio(key, numerator, denominator) is not None
+                and not self.one_call_reps(key, (numerator, denominator)))
 
     @property
     def keys(self) -> list[Key]:
@@ -136,6 +170,7 @@ def measure(cells: pd.DataFrame, fields: Sequence[str], metric: str = METRIC) ->
     if not len(cells) or metric not in cells.columns:
         return Measurement(values={}, key_values={})
     sums: dict[tuple[Key, str], list[float]] = {}
+    reps: dict[tuple[Key, str], dict[int, tuple[list[float], list[str | None]]]] = {}
     key_values: dict[Key, Mapping[str, Any]] = {}
     for _, row in cells.iterrows():
         kv = _key_values(row, fields)
@@ -144,7 +179,14 @@ def measure(cells: pd.DataFrame, fields: Sequence[str], metric: str = METRIC) ->
         value = pd.to_numeric(row[metric], errors="coerce")
         if pd.notna(value):
             sums.setdefault((key, str(row["variant"])), []).append(float(value))
-    return Measurement(values={k: sum(v) / len(v) for k, v in sums.items()}, key_values=key_values)
+            rep = pd.to_numeric(row.get("config.rep", 0), errors="coerce")
+            call = row.get("env.call_id")
+            values, calls = reps.setdefault((key, str(row["variant"])), {}).setdefault(
+                0 if pd.isna(rep) else int(rep), ([], []))
+            values.append(float(value))
+            calls.append(call if isinstance(call, str) and call else None)
+    return Measurement(values={k: sum(v) / len(v) for k, v in sums.items()}, key_values=key_values,
+                       reps={k: {r: (tuple(v), tuple(c)) for r, (v, c) in by.items()} for k, by in reps.items()})
 
 
 def _json_value(v: Any) -> Any:
@@ -239,6 +281,7 @@ class Check:
     baseline: float
     current: float | None
     tolerance: float
+    mixed_call: bool = False  # a ratio whose current two systems were measured in different calls
 
     @property
     def threshold(self) -> float:
@@ -287,6 +330,7 @@ class GateReport:
                 "counts": {s: self.count(s) for s in ("REGRESSION", "missing", "improved", "ok")},
                 "checks": [{"status": c.status, "mode": c.mode, "what": c.label, "baseline": c.baseline,
                             "current": c.current, "threshold": c.threshold, "tolerance": c.tolerance,
+                            "mixed_call": c.mixed_call,
                             "cell": {f: v for f, v in c.key if v is not None}} for c in self._sorted()],
                 "notes": list(self.notes)}
 
@@ -296,7 +340,7 @@ class GateReport:
                  "| status | mode | what | baseline | current | change | min ok | cell |",
                  "|---|---|---|--:|--:|--:|--:|---|"]
         for c in self._sorted():
-            cur = "—" if c.current is None else f"{c.current:.4g}"
+            cur = "—" if c.current is None else f"{c.current:.4g}" + (MIXED_MARK if c.mixed_call else "")
             change = "" if c.current is None else f"{100 * (c.current / c.baseline - 1):+.1f}%"
             lines.append(f"| {c.status} | {c.mode} | {c.label} | {c.baseline:.4g} | {cur} | {change} | "
                          f"{c.threshold:.4g} | {key_text(c.key)} |")
@@ -306,7 +350,7 @@ class GateReport:
         lines = [f"{'status':<10} {'mode':<8} {'what':<14} {'baseline':>10} {'current':>10} {'change':>8} "
                  f"{'min ok':>10}  cell"]
         for c in self._sorted():
-            cur = "—" if c.current is None else f"{c.current:.4g}"
+            cur = "—" if c.current is None else f"{c.current:.4g}" + (MIXED_MARK if c.mixed_call else "")
             change = "" if c.current is None else f"{100 * (c.current / c.baseline - 1):+.1f}%"
             lines.append(f"{c.status:<10} {c.mode:<8} {c.label:<14} {c.baseline:>10.4g} {cur:>10} "
                          f"{change:>8} {c.threshold:>10.4g}  {key_text(c.key)}")
@@ -338,10 +382,16 @@ def compare(baseline: Baseline, cells: pd.DataFrame, *, mode: str = "ratio", har
         key = make_key(bc.key, baseline.key_fields)
         if mode in ("ratio", "both") and bc.ratio is not None:
             checks.append(Check("ratio", key, f"{baseline.numerator}/{baseline.denominator}", float(bc.ratio),
-                                m.ratio(key, baseline.numerator, baseline.denominator), tol))
+                                m.ratio(key, baseline.numerator, baseline.denominator), tol,
+                                mixed_call=m.mixed(key, baseline.numerator, baseline.denominator)))
         if mode in ("absolute", "both"):
             for system, value in bc.absolute.items():
                 checks.append(Check("absolute", key, system, value, m.values.get((key, system)), atol))
+    mixed = sum(c.mixed_call for c in checks)
+    if mixed:
+        notes.append(f"note: {mixed} current ratio(s) marked {MIXED_MARK} set {baseline.numerator} and "
+                     f"{baseline.denominator} cells of different calls side by side (no rep holds both with one "
+                     "env.call_id): taken over every rep, so run-to-run spread enters them")
     known = {make_key(bc.key, baseline.key_fields) for bc in baseline.cells}
     extra = [k for k in m.keys if k not in known]
     if extra:
@@ -512,7 +562,10 @@ def _write_baseline(args: argparse.Namespace, cells: pd.DataFrame, results_dir: 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(base.to_json(), indent=1) + "\n", encoding="utf-8")
     n_ratio = sum(1 for c in base.cells if c.ratio is not None)
-    print(f"wrote {out}: {len(base.cells)} cells ({n_ratio} with a {base.numerator}/{base.denominator} ratio)")
+    m = measure(cells, key_fields, base.metric)
+    n_mixed = sum(m.mixed(make_key(c.key, key_fields), base.numerator, base.denominator) for c in base.cells)
+    print(f"wrote {out}: {len(base.cells)} cells ({n_ratio} with a {base.numerator}/{base.denominator} ratio, "
+          f"{n_mixed} of them from mixed calls: no rep holds both systems with one env.call_id)")
     return EXIT_PASS
 
 

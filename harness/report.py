@@ -11,17 +11,22 @@ choosing) is a change or noise. Two sections, rendered from the result files alo
   `<system>-` and `-r<rep>`), the repetitions present, the complete ones (paged, cascade and
   granikv all measured: the only ones the tables average), each system's mean output throughput
   and spread ((max − min) / mean over the complete repetitions), granikv's ratio over paged and
-  over cascade in each complete repetition, and the commits the point's cells were measured at
-  (more than one: its ratios span a code change). A cell with knobs in its name (Table 18's page
-  sizes, Table 24's f_p) stands in for a system only where the point has no plain cell of it and
-  exactly one knobbed one (Table 21); points of one system are left out: they have no ratio.
+  over cascade in each complete repetition, marked ‡ where its two cells do not carry one call id
+  (`env.call_id`; a file without one is a call of its own), each repetition's call (its id's first
+  8 characters, `+` between the calls of a repetition measured in several), and the commits the
+  point's cells were measured at (more than one: its ratios span a code change). A cell with knobs
+  in its name (Table 18's page sizes, Table 24's f_p) stands in for a system only where the point
+  has no plain cell of it and exactly one knobbed one (Table 21); points of one system are left
+  out: they have no ratio.
 - *A/B cells*: the cells of `adhoc/` that change one server setting, labelled by their `tag` or
   else their `+server.extra.*` overrides (an ad hoc cell with neither is a plain re-measure and
   is left out), beside the untagged plain cells (no knobs in the file name) of the same point,
   system and dispatcher threshold in the sweep folders (the first sweep, in natural order, that
   has them): each side's mean over its
   repetitions, the gain, the engine's extend seconds, the run's time beyond the engine's steps
-  (`beyond_engine_s`: time on the HTTP path) and granikv's ratios, baseline → A/B.
+  (`beyond_engine_s`: time on the HTTP path) and granikv's ratios, baseline → A/B, each over the
+  repetitions whose two cells share one call id where there are any (else over all, marked ‡), as
+  `harness.tables` computes its ratios.
 
 A re-measured cell replaces its file; the file it replaced is in git's history, not here.
 """
@@ -39,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 SYSTEMS = ("paged", "cascade", "granikv")
+MIXED_MARK = "‡"  # a ratio whose two cells do not carry one call id (harness.table_render.MIXED_MARK)
+SHORT_CALL = 8  # characters of a call id shown
 ADHOC = "adhoc"
 # folders under results/<hw>/ that hold no serving cells of the paper's sweeps
 NOT_SWEEPS = frozenset({ADHOC, "microbench", "engine", "ncu", "baselines", "gate"})
@@ -82,6 +89,7 @@ class CellResult:
     extend_s: float | None
     beyond_s: float | None
     git: str
+    call: str | None = None  # env.call_id (None: the file records no call)
 
     @property
     def label(self) -> str | None:
@@ -107,10 +115,12 @@ def read_cell(path: Path) -> CellResult | None:
         raise ValueError(f"{path}: file name does not read <system>-...-r<rep>[-knobs] (system={system}, rep={rep})")
     tok = doc["metrics"].get("output_throughput")
     ext = doc.get("engine", {}).get("extend_time_s")
+    call = doc.get("env", {}).get("call_id")
     return CellResult(sweep=path.parent.name, point=head[len(system) + 1:], system=system, knobs=tail.lstrip("-"),
                       rep=rep, config=c, tok_s=None if tok is None else float(tok),
                       extend_s=None if ext is None else float(ext), beyond_s=beyond_engine_s(doc),
-                      git=str(doc.get("env", {}).get("git_sha", ""))[:7])
+                      git=str(doc.get("env", {}).get("git_sha", ""))[:7],
+                      call=call if isinstance(call, str) and call else None)
 
 
 def read_results(results: Path) -> list[CellResult]:
@@ -130,11 +140,12 @@ def read_results(results: Path) -> list[CellResult]:
 
 @dataclass
 class Point:
-    """One point's cells: output tok/s per repetition and system, and their commits."""
+    """One point's cells: output tok/s and call id per repetition and system, and their commits."""
 
     sweep: str
     name: str
     tok_s: dict[int, dict[str, float]] = field(default_factory=lambda: defaultdict(dict))
+    calls: dict[int, dict[str, str | None]] = field(default_factory=lambda: defaultdict(dict))
     knobs: set[str] = field(default_factory=set)  # "<system> <knobs>" where a knobbed cell stands in
     gits: set[str] = field(default_factory=set)
 
@@ -148,6 +159,20 @@ class Point:
 
     def ratio(self, rep: int, den: str) -> float:
         return self.tok_s[rep]["granikv"] / self.tok_s[rep][den]
+
+    def one_call(self, rep: int, systems: Sequence[str] = SYSTEMS) -> bool:
+        """Whether the rep's cells of `systems` are all there and carry one call id."""
+        ids = [self.calls.get(rep, {}).get(s) for s in systems]
+        return all(s in self.tok_s.get(rep, {}) for s in systems) and None not in ids and len(set(ids)) == 1
+
+    def ratio_text(self, rep: int, den: str) -> str:
+        """The rep's granikv/`den` ratio, marked when its two cells come from different calls."""
+        return f"{self.ratio(rep, den):.3f}" + ("" if self.one_call(rep, ("granikv", den)) else MIXED_MARK)
+
+    def call_text(self, rep: int) -> str:
+        """The rep's call: the short id, `+` between several, `—` for a cell without one."""
+        ids = set(self.calls.get(rep, {}).values())
+        return "+".join(sorted((i[:SHORT_CALL] if i else "—") for i in ids)) or "—"
 
     def spread(self, system: str) -> float | None:
         """(max − min) / mean of the system's tok/s over the complete reps; None below two."""
@@ -167,11 +192,13 @@ def points(cells: Sequence[CellResult]) -> list[Point]:
             knobbed[(c.sweep, c.point, c.rep, c.system)].append(c)
         else:
             p.tok_s[c.rep][c.system] = c.tok_s
+            p.calls[c.rep][c.system] = c.call
             p.gits.add(c.git)
     for (sweep, name, rep, system), group in knobbed.items():
         p = found[(sweep, name)]
         if system not in p.tok_s.get(rep, {}) and len(group) == 1:
             p.tok_s[rep][system] = group[0].tok_s
+            p.calls[rep][system] = group[0].call
             p.knobs.add(f"{system} {group[0].knobs}")
             p.gits.add(group[0].git)
     return [p for p in found.values() if len({s for r in p.reps for s in p.tok_s[r]}) > 1]
@@ -190,28 +217,37 @@ def render_repetitions(pts: Sequence[Point]) -> list[str]:
     worst_sys = max(((p.spread(s), s, p) for p in multi for s in SYSTEMS), key=lambda t: t[0], default=None)
     worst_ratio = max(((max(p.ratio(r, "paged") for r in p.complete) - min(p.ratio(r, "paged") for r in p.complete), p)
                        for p in multi), key=lambda t: t[0], default=None)
+    one_call = [p for p in pts if any(p.one_call(r) for r in p.complete)]
     lines = ["## Repetitions", "",
              "Per point: the repetitions present, the complete ones (paged, cascade and granikv all measured; the "
-             "tables average only these), each system's mean output tok/s and its spread ((max − min) / mean over "
-             "the complete repetitions), granikv's ratio over paged (×SGL) and cascade (×SGL-C) per complete "
-             "repetition, in rep order, and the commits the point's cells were measured at.", "",
-             f"{len(pts)} points, {len(multi)} with two or more complete repetitions."]
+             "tables average only these, and only those of them measured in one call where there are any), each "
+             "system's mean output tok/s and its spread ((max − min) / mean over the complete repetitions), "
+             "granikv's ratio over paged (×SGL) and cascade (×SGL-C) per complete repetition, in rep order, "
+             f"marked {MIXED_MARK} where its two cells do not carry one call id (`env.call_id`; a file without one "
+             "is a call of its own), each repetition's call (the first 8 characters of its id; `+` between the "
+             "calls of a repetition measured in several, `—` for cells without one), and the commits the point's "
+             "cells were measured at.", "",
+             f"{len(pts)} points, {len(multi)} with two or more complete repetitions; {len(one_call)} with a "
+             "complete repetition whose three systems come from one call."]
     if worst_sys and worst_ratio:
         spread, system, p = worst_sys
         lines.append(f"Largest per-system spread: {_pct(spread)} ({system}, {p.sweep} {p.name}); largest range of "
                      f"×SGL across repetitions: {worst_ratio[0]:.3f} ({worst_ratio[1].sweep} {worst_ratio[1].name}).")
     lines += ["", "| sweep | point | reps | complete | SGL tok/s | spread | SGL-C tok/s | spread | GKV tok/s | spread "
-              "| ×SGL per rep | ×SGL-C per rep | git |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| ×SGL per rep | ×SGL-C per rep | call per rep | git |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in sorted(pts, key=lambda p: (_natural(p.sweep), _natural(p.name))):
         cols = []
         for s in SYSTEMS:  # no complete rep: the mean of what ran, marked
             xs = [p.tok_s[r][s] for r in p.complete] or [p.tok_s[r][s] for r in p.reps if s in p.tok_s[r]]
             mark = "" if p.complete else "*"
             cols += [f"{statistics.mean(xs):.0f}{mark}" if xs else "—", _pct(p.spread(s))]
-        per = [", ".join(f"{p.ratio(r, den):.3f}" for r in p.complete) or "—" for den in ("paged", "cascade")]
+        per = [", ".join(p.ratio_text(r, den) for r in p.complete) or "—" for den in ("paged", "cascade")]
         name = p.name + "".join(f" ({k})" for k in sorted(p.knobs))
+        calls = [p.call_text(r) for r in p.reps]
+        call_col = "—" if set(calls) == {"—"} else ", ".join(f"{r}: {c}" for r, c in zip(p.reps, calls, strict=True))
         lines.append(f"| {p.sweep} | {name} | {','.join(map(str, p.reps))} | {','.join(map(str, p.complete)) or '—'} "
-                     f"| {' | '.join(cols)} | {per[0]} | {per[1]} | {', '.join(sorted(p.gits))} |")
+                     f"| {' | '.join(cols)} | {per[0]} | {per[1]} | {call_col} | {', '.join(sorted(p.gits))} |")
     if any(not p.complete for p in pts):
         lines += ["", "*: the point has no complete repetition; the mean over the repetitions of that system present."]
     return lines
@@ -248,6 +284,23 @@ class ABRow:
     def gain(self) -> float | None:
         b, a = self.baseline_tok_s, self.ab_tok_s
         return a / b - 1 if a and b else None
+
+
+def one_call_ratio(num: Sequence[CellResult], den: Sequence[CellResult]) -> tuple[float | None, bool]:
+    """Mean tok/s of `num` over mean of `den`, over the reps where both have a cell and all those
+    cells carry one call id; with no such rep, over every cell, flagged mixed (True)."""
+    def one(rep: int) -> bool:
+        ids = [c.call for c in (*num, *den) if c.rep == rep]
+        return (any(c.rep == rep for c in num) and any(c.rep == rep for c in den) and None not in ids
+                and len(set(ids)) == 1)
+
+    reps = {c.rep for c in num} & {c.rep for c in den}
+    chosen = {r for r in reps if one(r)}
+    n, d = ([c for c in side if c.rep in chosen] if chosen else side for side in (num, den))
+    n_tok, d_tok = ABRow._mean(n), ABRow._mean(d)
+    if not n_tok or not d_tok:
+        return None, False
+    return n_tok / d_tok, not chosen
 
 
 def ab_rows(cells: Sequence[CellResult]) -> list[ABRow]:
@@ -296,7 +349,9 @@ def render_ab(rows: Sequence[ABRow]) -> list[str]:
     by_label: dict[tuple, list[ABRow]] = defaultdict(list)
     for r in rows:
         by_label[(r.point, r.label)].append(r)
-    ratio_lines = ["", "| model / TP | workload | Lp | B | k | label | ×SGL baseline → A/B | ×SGL-C baseline → A/B |",
+    ratio_lines = ["", f"granikv's ratios, baseline → A/B: each over the repetitions whose two cells carry one call id "
+                   f"where there are any, else over all of them and marked {MIXED_MARK}.", "",
+                   "| model / TP | workload | Lp | B | k | label | ×SGL baseline → A/B | ×SGL-C baseline → A/B |",
                    "|---|---|---|---|---|---|---|---|"]
 
     def order(item: tuple) -> tuple:
@@ -319,9 +374,10 @@ def render_ab(rows: Sequence[ABRow]) -> list[str]:
         cols = []
         for den in ("paged", "cascade"):
             vals = []
-            for side in ("baseline_tok_s", "ab_tok_s"):
-                num_, den_ = (getattr(by_sys[s], side) if s in by_sys else None for s in ("granikv", den))
-                vals.append(f"{num_ / den_:.2f}" if num_ and den_ else "—")
+            for side in ("baseline", "ab"):
+                num_, den_ = (getattr(by_sys[s], side) if s in by_sys else () for s in ("granikv", den))
+                value, mixed = one_call_ratio(num_, den_)
+                vals.append("—" if value is None else f"{value:.2f}" + (MIXED_MARK if mixed else ""))
             cols.append(" → ".join(vals))
         ratio_lines.append(f"{head} {cols[0]} | {cols[1]} |")
     if not rows:

@@ -4,6 +4,10 @@ Layout under one hardware directory `results/<hardware>/`:
 
 - `<sweep>/<cell-id>.json`: one serving cell, `{"config", "metrics", "engine", "env"}` and an
   optional `"profile"` section (`{category: ms}`, see `harness.tables` for the categories).
+  `env.call_id` names the call the cell was measured in (the cells of one point share it,
+  `harness.point`); files written before cells recorded it have none. `load_cells`' frame always
+  has the column (`CALL_ID`): NaN or None for a file without a call id, so the tables can tell
+  which ratios set cells of one call side by side (`harness.table_queries.ratio_reps`).
 - `microbench/<name>.json`: `{"env": {...}, "records": [{...}, ...]}` (kernel microbenchmarks,
   ncu counters, dispatch-overhead captures; the record fields each consumer expects are listed
   in `harness.tables`).
@@ -49,6 +53,8 @@ NON_CELL_DIRS = frozenset({"engine", "baselines"})
 # "SGLang-Cascade on GraniKV storage" (the SGL-C/GKV column of Tables 13-14), not GraniKV.
 CASCADE_ONLY_M_SAT = 2**30
 VARIANTS = ("paged", "cascade", "granikv", "granikv_cascade")
+# the frame's column naming the call a cell was measured in; NaN/None for a file without one
+CALL_ID = "env.call_id"
 
 
 class ResultFileError(ValueError):
@@ -89,6 +95,9 @@ def validate_cell(doc: Any, path: Path | str = "<memory>") -> None:
             v = doc[section][k]
             if not _is_number(v) or (isinstance(v, float) and math.isnan(v)):
                 raise ResultFileError(f"{path}: {section}.{k} must be a number, got {v!r}")
+    call_id = doc["env"].get("call_id")  # optional: files measured before cells recorded their call have none
+    if call_id is not None and not (isinstance(call_id, str) and call_id):
+        raise ResultFileError(f"{path}: env.call_id must be a non-empty string, got {call_id!r}")
     if "profile" in doc and not isinstance(doc["profile"], Mapping):
         raise ResultFileError(f"{path}: optional section 'profile' must be an object of category -> ms")
 
@@ -145,8 +154,11 @@ def load_cells(results_dir: Path | str, sweeps: Iterable[str] | None = None) -> 
             rows.append(cell_row(doc, hardware=root.name, sweep=sweep_dir.name, cell_id=path.stem,
                                  path=str(path)))
     if not rows:
-        return pd.DataFrame(columns=["hardware", "sweep", "cell_id", "path", "variant"])
-    return pd.DataFrame(rows)
+        return pd.DataFrame(columns=["hardware", "sweep", "cell_id", "path", "variant", CALL_ID])
+    frame = pd.DataFrame(rows)
+    if CALL_ID not in frame.columns:  # no file recorded its call: the column is there, all None
+        frame[CALL_ID] = None
+    return frame
 
 
 def validate_microbench(doc: Any, path: Path | str = "<memory>") -> None:

@@ -2,8 +2,10 @@
 
 A sweep is `conf/sweep/<name>.yaml`; its cells land in `results/<hardware>/<name>/`, the
 directory `harness.tables` reads for that table. Snakemake (the `Snakefile`) owns the sweeps:
-it asks `plan(...)` for the cells of a profile and runs `python -m harness.cell <overrides>`
-once per missing result file. No Hydra multirun.
+it asks `plan(...)` for the cells of a profile, groups them into points (`harness.point`) and
+runs `python -m harness.point run <sweep> <point-id>` — each cell's `python -m harness.cell
+<overrides>`, back to back in one call — once per point with a result file missing. No Hydra
+multirun.
 
 Sweep file::
 

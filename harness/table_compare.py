@@ -2,8 +2,11 @@
 
 Every compared column is held three times: the paper's value, ours, and ours/paper. A cell we
 have no result for is missing (never filled in); a column we do not measure at all (a
-qualitative label such as Table 19's "regime") is not applicable. Rendering is
-`harness.table_render`; what feeds each table is `harness.table_specs`.
+qualitative label such as Table 19's "regime") is not applicable. A ratio of ours whose systems
+come from different calls (the extractor lists it under `harness.table_queries.MIXED`) is a
+*mixed-call* cell; the row keeps the result files behind such ratios (`mixed_sources`), which
+`harness.tables` counts per point. Rendering is `harness.table_render`; what feeds each table is
+`harness.table_specs`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from harness.paper import PaperColumn, paper_table
 from harness.results import ResultSet
 from harness.table_extract import EXTRACTORS, grid_rows
-from harness.table_queries import is_number
+from harness.table_queries import MIXED, is_number
 from harness.table_specs import TABLE_NUMBERS, TABLE_SPECS
 
 
@@ -27,6 +30,7 @@ class ComparedCell:
     ours: Any
     applicable: bool = True  # False: a column we do not measure (n/a)
     comparable: bool = True  # False: ours/paper means nothing for this column
+    mixed_call: bool = False  # ours is a ratio of systems measured in different calls (no rep of one call)
 
     @property
     def ratio(self) -> float | None:
@@ -47,6 +51,12 @@ class ComparedRow:
     ours_only: bool = False  # a row the paper does not print (its paper columns are n/a)
     sources: frozenset[str] = frozenset()  # the result files behind our numbers in this row
     stale: bool = False  # one of them predates a listed engine change (`mark_stale`)
+    mixed_sources: frozenset[str] = frozenset()  # the result files behind its mixed-call ratios
+
+    @property
+    def mixed_call(self) -> bool:
+        """A ratio of the row sets systems measured in different calls side by side."""
+        return any(c.mixed_call for c in self.cells)
 
 
 @dataclass(frozen=True)
@@ -84,15 +94,21 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
     for prow, ours_only in [(r, False) for r in paper.rows] + [(r, True) for r in extra]:
         with results.recording() as sources:
             ours = EXTRACTORS[number](spec, paper, prow, results)
-        cells = []
+        mixed = ours.get(MIXED) or {}
+        cells, mixed_sources = [], set()
         for col in value_cols:
             applicable = col.name not in spec.qualitative
             value = ours.get(col.name) if applicable else None
             pv = prow.get(col.name)
             comparable = col.name not in spec.no_ratio and (pv is None or is_number(pv))
-            cells.append(ComparedCell(paper=pv, ours=value, applicable=applicable, comparable=comparable))
+            is_mixed = applicable and value is not None and col.name in mixed
+            if is_mixed:
+                mixed_sources |= mixed[col.name]
+            cells.append(ComparedCell(paper=pv, ours=value, applicable=applicable, comparable=comparable,
+                                      mixed_call=is_mixed))
         rows.append(ComparedRow(keys=tuple(prow.get(k) for k in spec.keys), cells=tuple(cells),
-                                ours_only=ours_only, sources=frozenset(sources)))
+                                ours_only=ours_only, sources=frozenset(sources),
+                                mixed_sources=frozenset(mixed_sources)))
     if extra:
         # ours-only rows go where they belong when the paper prints its rows in key order (the
         # grids do), else after the paper's rows

@@ -3,7 +3,10 @@
 An extractor maps (its `TableSpec`, the paper's table, one paper row, our `ResultSet`) to
 {column name: our value}; a column it leaves out or sets to None is a missing cell, never
 filled in. What each extractor reads is its spec's `method` (`harness.table_specs`); the
-lookups go through `harness.table_queries`.
+lookups go through `harness.table_queries`. Every row that sets two systems' numbers against each
+other reads the reps `table_queries.ratio_reps` chooses (one call when there is one) for its
+ratios and its absolute numbers alike, and lists a ratio whose systems come from different calls
+under `table_queries.MIXED` (the renderers mark it).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from harness.table_queries import (
     TTFT,
     complete_reps,
     is_number,
+    mark_mixed,
     mean_of,
     microbench,
     parse_config,
     ratio,
+    ratio_reps,
     scale,
     select,
     system_block,
@@ -67,10 +72,13 @@ def _t3(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) 
 def _t4(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
     system = SYSTEM_OF_NAME[row["system"]]
-    out = {}
+    out: dict[str, Any] = {}
     for k in (4, 8):
-        cells = select(res, spec.sweeps, model=model, tp=tp, batch=t.meta["B"], k=k)
-        out[f"x_SGL_k{k}"] = ratio(mean_of(cells, TOK, system=system), mean_of(cells, TOK, system="paged"))
+        reps = ratio_reps(select(res, spec.sweeps, model=model, tp=tp, batch=t.meta["B"], k=k))
+        col = f"x_SGL_k{k}"
+        out[col] = ratio(mean_of(reps.cells, TOK, system=system), mean_of(reps.cells, TOK, system="paged"))
+        if system != "paged":  # paged over itself is 1 whatever the calls
+            mark_mixed(out, reps, col)
     return out
 
 
@@ -181,9 +189,10 @@ def _t15(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet)
 
 def _t16(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
-    cells = select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=row["B"])
-    gkv, sglc = mean_of(cells, TPOT, system="granikv"), mean_of(cells, TPOT, system="cascade")
-    return {"GKV_TPOT_ms": gkv, "SGL-C_TPOT_ms": sglc, "x_GKV_over_SGL-C": ratio(gkv, sglc)}
+    reps = ratio_reps(select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=row["B"]))
+    gkv, sglc = mean_of(reps.cells, TPOT, system="granikv"), mean_of(reps.cells, TPOT, system="cascade")
+    out = {"GKV_TPOT_ms": gkv, "SGL-C_TPOT_ms": sglc, "x_GKV_over_SGL-C": ratio(gkv, sglc)}
+    return mark_mixed(out, reps, "x_GKV_over_SGL-C")
 
 
 def _t17(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
@@ -211,36 +220,41 @@ def _t17(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet)
 def _t18(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(row["config"])
     cells = select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=t.meta["B"])
-    out: dict[str, Any] = {f"PS{ps}_tok_s": mean_of(cells, TOK, system="granikv", cold_page_size=ps)
+    # |Δ|max sets the three page sizes' granikv cells against each other: they are its sides
+    reps = ratio_reps(cells, [{"system": "granikv", "cold_page_size": ps} for ps in (1, 4, 16)])
+    out: dict[str, Any] = {f"PS{ps}_tok_s": mean_of(reps.cells, TOK, system="granikv", cold_page_size=ps)
                            for ps in (1, 4, 16)}
     values = [out[f"PS{ps}_tok_s"] for ps in (1, 4, 16)]
     out["max_abs_delta_pct"] = (100 * (max(values) - min(values)) / min(values)
                                 if all(v is not None for v in values) and min(values) > 0 else None)
-    return out
+    return mark_mixed(out, reps, "max_abs_delta_pct")
 
 
 def _t19(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(row["config"])
-    cells = select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=t.meta["B"])
-    return {"x_SGL": ratio(mean_of(cells, TOK, system="granikv"), mean_of(cells, TOK, system="paged"))}
+    reps = ratio_reps(select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=t.meta["B"]))
+    out = {"x_SGL": ratio(mean_of(reps.cells, TOK, system="granikv"), mean_of(reps.cells, TOK, system="paged"))}
+    return mark_mixed(out, reps, "x_SGL")
 
 
 def _t20(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
-    cells = complete_reps(select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"],
-                                 batch=t.meta["B"], k=row["k"]))
+    reps = ratio_reps(select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=t.meta["B"], k=row["k"]))
+    cells = reps.cells
     if row["row_type"] == "throughput":
         return {"output_tok_s": mean_of(cells, TOK, system=SYSTEM_OF_NAME[row["system"]])}
     den = "paged" if row["system"].endswith("/ SGL") else "cascade"
-    return {"ratio": ratio(mean_of(cells, TOK, system="granikv"), mean_of(cells, TOK, system=den))}
+    out = {"ratio": ratio(mean_of(cells, TOK, system="granikv"), mean_of(cells, TOK, system=den))}
+    return mark_mixed(out, reps, "ratio")
 
 
 def _t21(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
-    cells = complete_reps(select(res, spec.sweeps, model=model, tp=tp, batch=t.meta["B"], k=row["k"]))
+    reps = ratio_reps(select(res, spec.sweeps, model=model, tp=tp, batch=t.meta["B"], k=row["k"]))
+    cells = reps.cells
     system = SYSTEM_OF_NAME[row["system"]]
     tok = mean_of(cells, TOK, system=system)
-    return {
+    out = {
         "slab_tokens_K": scale(mean_of(cells, "engine.hot_slab_tokens", system="granikv"), 1e-3),
         "tok_s": tok,
         "x_default": ratio(tok, mean_of(cells, TOK, system="paged")),
@@ -248,6 +262,7 @@ def _t21(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet)
         "TPOT_p99_ms": mean_of(cells, TPOT99, system=system),
         "TTFT_p50_s": scale(mean_of(cells, TTFT, system=system), 1e-3),
     }
+    return mark_mixed(out, reps, "x_default") if system != "paged" else out
 
 
 def amdahl(alpha: float, beta: float, gamma: float, s: float) -> tuple[float, float]:
@@ -289,8 +304,8 @@ def _t22(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet)
     if not parts["prefix_attention"]:
         parts["prefix_attention"] = _paged_prefix_share(prof, wall, t.meta["Lp"])
     alpha, beta, gamma = parts["prefix_attention"], parts["nccl"], parts["host_gap"]
-    tput = select(res, spec.sweeps, require=("paged", "granikv"), **base)
-    measured = ratio(mean_of(tput, TOK, system="granikv"), mean_of(tput, TOK, system="paged"))
+    tput = ratio_reps(select(res, spec.sweeps, require=("paged", "granikv"), **base))
+    measured = ratio(mean_of(tput.cells, TOK, system="granikv"), mean_of(tput.cells, TOK, system="paged"))
     s = kernel_speedup(res)
     out: dict[str, Any] = {"alpha_pct": scale(alpha, 100.0), "beta_pct": scale(beta, 100.0),
                            "gamma_pct": scale(gamma, 100.0), "measured_x": measured}
@@ -298,7 +313,7 @@ def _t22(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet)
         out["S_s15.6_x"], out["S_plus_beta_gamma_x"] = amdahl(alpha, beta, gamma, s)
     if alpha is not None and measured:
         out["s_eff_x"] = effective_speedup(alpha, measured)
-    return out
+    return mark_mixed(out, tput, "measured_x", "s_eff_x")  # s_eff is solved from the measured ratio
 
 
 _UNIT_SCALE = {"MB": 1e-6, "GB": 1e-9}
@@ -348,21 +363,21 @@ def _t23(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet)
 def _t24(spec: TableSpec, t: PaperTable, row: Mapping[str, Any], res: ResultSet) -> Mapping[str, Any]:
     model, tp = parse_config(t.meta["config"])
     cells = select(res, spec.sweeps, model=model, tp=tp, lp=t.meta["Lp"], batch=t.meta["B"])
-    cascade_tok = mean_of(cells, TOK, system="cascade")
-    if row["system"] == "Cascade":
-        mine = where(cells, system="cascade")
-    else:
-        mine = where(cells, system="granikv", hot_fraction=row["fp"])
+    own: dict[str, Any] = ({"system": "cascade"} if row["system"] == "Cascade"
+                           else {"system": "granikv", "hot_fraction": row["fp"]})
+    reps = ratio_reps(cells, [own, {"system": "cascade"}])  # the cascade row: one side, no mark
+    cascade_tok = mean_of(reps.cells, TOK, system="cascade")
+    mine = where(reps.cells, **own)
     tok = mean_of(mine, TOK)
     fallbacks = mean_of(mine, "engine.hot_fallbacks")
-    return {
+    return mark_mixed({
         "dagger": None if fallbacks is None or row["system"] == "Cascade" else bool(fallbacks > 0),
         "tok_s": tok,
         "x_Cascade": ratio(tok, cascade_tok),
         "TPOT_p50_ms": mean_of(mine, TPOT),
         "TPOT_p99_ms": mean_of(mine, TPOT99),
         "TTFT_p50_s": scale(mean_of(mine, TTFT), 1e-3),
-    }
+    }, reps, "x_Cascade")
 
 
 EXTRACTORS: Mapping[int, Extractor] = {

@@ -2,8 +2,20 @@
 
 Every table extractor (`harness.table_extract`) reads result cells only through these, so the
 matching rules live in one place: cells match on config keys only (never on the workload name),
-reps are averaged over complete reps (`complete_reps`), and a row's systems come from one sweep
-(`select`). The rules are spelled out per table in `harness.table_specs`.
+a row's systems come from one sweep (`select`), and a row's numbers are means over the reps it
+reads, chosen by `ratio_reps`:
+
+- A rep is *from one call* when every cell of it that the row compares (by default its paged,
+  cascade and granikv cells; a row of knobbed granikv cells names its own sides) carries the same
+  non-empty `env.call_id`. When some reps are, the row reads those reps only — its ratios and its
+  absolute numbers (tok/s, TPOT, TTFT) alike, so a printed ratio is the ratio of the printed means.
+- When none is (files without a call id count as calls of their own), the row reads its complete
+  reps (`complete_reps`: every compared system present), and every ratio it computes is
+  a *mixed-call* ratio: the extractor lists it under `MIXED` and the rendered tables mark it
+  (`harness.table_render.MIXED_MARK`).
+
+Ratios are ratios of the means over the reps read. The rules are spelled out per table in
+`harness.table_specs`.
 """
 
 from __future__ import annotations
@@ -12,12 +24,13 @@ import math
 import numbers
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from harness.results import ResultSet
+from harness.results import CALL_ID, ResultSet
 
 # Paper column prefix -> our system variant.
 SYSTEM_OF_PREFIX: Mapping[str, str] = {"SGL": "paged", "SGL-C": "cascade", "GKV": "granikv",
@@ -35,6 +48,10 @@ TOK = "metrics.output_throughput"
 TPOT = "metrics.median_tpot_ms"
 TPOT99 = "metrics.p99_tpot_ms"
 TTFT = "metrics.median_ttft_ms"
+SYSTEMS = ("paged", "cascade", "granikv")  # the systems a point compares (not the extra variants)
+# extractor output key: {column: the paths of the cells behind a ratio whose systems come from
+# different calls}; `harness.table_compare.build_table` turns it into marked cells
+MIXED = "_mixed_call"
 
 
 def _norm(value: Any) -> str:
@@ -121,24 +138,126 @@ def scale(v: float | None, factor: float) -> float | None:
     return None if v is None else v * factor
 
 
-def complete_reps(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells of the reps that hold every one of paged/cascade/granikv present in `cells`.
+def _reps(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's rep number (0 where the file has none)."""
+    if "config.rep" not in cells.columns:
+        return pd.Series(0, index=cells.index)
+    return pd.to_numeric(cells["config.rep"], errors="coerce").fillna(0).astype(int)
 
-    Why: a ratio is GraniKV over a baseline measured in the same run. When one system of a rep
-    is missing (a device call ran out of time), averaging each system over its own reps would
-    set a baseline's rep 2 against GraniKV's reps 0-1; the incomplete rep is left out instead.
-    When no rep is complete (e.g. only GraniKV ran that point) every cell is kept."""
+
+def call_id(value: Any) -> str | None:
+    """A cell's call id: the non-empty string it recorded, else None (no call id: NaN, None, "")."""
+    return value if isinstance(value, str) and value else None
+
+
+Side = Mapping[str, Any]  # `where` conditions naming the cells of one side of a ratio
+
+
+def system_sides(cells: pd.DataFrame) -> list[Side]:
+    """The sides a point's ratios compare: each of paged, cascade and granikv present in `cells`."""
+    if "variant" not in cells.columns:
+        return []
+    present = set(cells["variant"])
+    return [{"system": s} for s in SYSTEMS if s in present]
+
+
+def _side_masks(cells: pd.DataFrame, sides: Sequence[Side]) -> list[np.ndarray]:
+    masks = []
+    for side in sides:
+        mask = np.ones(len(cells), dtype=bool)
+        for k, v in side.items():
+            mask &= _match(cells, k, v).to_numpy(dtype=bool)
+        masks.append(mask)
+    return masks
+
+
+def held_reps(cells: pd.DataFrame, sides: Sequence[Side]) -> list[int]:
+    """The reps holding a cell of every side."""
+    reps = _reps(cells).to_numpy()
+    masks = _side_masks(cells, sides)
+    return [r for r in sorted(set(reps.tolist())) if all((m & (reps == r)).any() for m in masks)]
+
+
+def one_call_reps(cells: pd.DataFrame, sides: Sequence[Side]) -> list[int]:
+    """The reps whose cells of every side are there and all carry the same non-empty call id
+    (`env.call_id`): the reps whose ratios compare cells measured back to back in one call."""
+    if not sides or not len(cells):
+        return []
+    reps = _reps(cells).to_numpy()
+    calls = cells[CALL_ID] if CALL_ID in cells.columns else pd.Series(None, index=cells.index)
+    masks = _side_masks(cells, sides)
+    out = []
+    for r in held_reps(cells, sides):
+        mine = np.zeros(len(cells), dtype=bool)
+        for m in masks:
+            mine |= m & (reps == r)
+        ids = [call_id(v) for v in calls[mine]]
+        if None not in ids and len(set(ids)) == 1:
+            out.append(r)
+    return out
+
+
+def complete_reps(cells: pd.DataFrame, sides: Sequence[Side] | None = None) -> pd.DataFrame:
+    """The cells of the reps that hold every side (default: every one of paged/cascade/granikv
+    present in `cells`), whichever calls they come from.
+
+    Why: a ratio sets the sides of one rep against each other. When one system of a rep is missing
+    (a device call ran out of time), averaging each system over its own reps would set a
+    baseline's rep 2 against GraniKV's reps 0-1; the incomplete rep is left out instead. When no
+    rep is complete (e.g. only GraniKV ran that point) every cell is kept. A complete rep may still
+    hold systems of different calls: `ratio_reps` prefers the reps of one call and says when it
+    had to fall back to these."""
     if "config.rep" not in cells.columns or not len(cells):
         return cells
-    reps = pd.to_numeric(cells["config.rep"], errors="coerce").fillna(0).astype(int)
-    systems = set(cells["variant"]) & {"paged", "cascade", "granikv"}  # not the extra variants
-    complete = [r for r in sorted(set(reps)) if systems <= set(cells.loc[reps == r, "variant"])]
-    return cells[reps.isin(complete)] if complete else cells
+    sides = system_sides(cells) if sides is None else sides
+    complete = held_reps(cells, sides)
+    return cells[_reps(cells).isin(complete)] if complete else cells
+
+
+@dataclass(frozen=True)
+class Reps:
+    """The cells a row reads (every cell of the chosen reps) and whether its ratios are
+    mixed-call: no rep holds its compared sides in one call."""
+
+    cells: pd.DataFrame
+    mixed: bool
+
+    @property
+    def paths(self) -> frozenset[str]:
+        return frozenset(str(p) for p in self.cells["path"]) if "path" in self.cells.columns else frozenset()
+
+
+def ratio_reps(cells: pd.DataFrame, sides: Sequence[Side] | None = None) -> Reps:
+    """The reps a row's ratios and means are computed over: those whose compared sides (default:
+    `system_sides`) come from one call (`one_call_reps`) when there are any; else the complete
+    reps (`complete_reps`), flagged mixed. With fewer than two distinct sides present there is no
+    ratio to compare: the complete reps, not flagged."""
+    sides = system_sides(cells) if sides is None else sides
+    distinct = {tuple(sorted((k, str(v)) for k, v in s.items())) for s in sides}
+    present = [s for s, m in zip(sides, _side_masks(cells, sides), strict=True) if m.any()]
+    if len(distinct) < 2 or len(present) < 2:
+        return Reps(complete_reps(cells, sides), mixed=False)
+    one = one_call_reps(cells, present)
+    if one:
+        return Reps(cells[_reps(cells).isin(one)], mixed=False)
+    return Reps(complete_reps(cells, present), mixed=True)
+
+
+def mark_mixed(out: dict[str, Any], reps: Reps, *columns: str) -> dict[str, Any]:
+    """Note under `out[MIXED]` each of `columns` that holds a ratio computed from mixed-call `reps`."""
+    if reps.mixed:
+        marks = out.setdefault(MIXED, {})
+        for c in columns:
+            if out.get(c) is not None:
+                marks[c] = reps.paths
+    return out
 
 
 def system_block(cells: pd.DataFrame) -> dict[str, Any]:
-    """SGL/SGL-C/GKV throughput, TPOT, TTFT and the GKV ratios of one configuration."""
-    cells = complete_reps(cells)
+    """SGL/SGL-C/GKV throughput, TPOT, TTFT and the GKV ratios of one configuration, all over the
+    reps `ratio_reps` chooses; ratios from mixed calls noted under `MIXED`."""
+    reps = ratio_reps(cells)
+    cells = reps.cells
     out: dict[str, Any] = {}
     for prefix, system in SYSTEM_OF_PREFIX.items():
         out[f"{prefix}_tok_s"] = mean_of(cells, TOK, system=system)
@@ -146,7 +265,7 @@ def system_block(cells: pd.DataFrame) -> dict[str, Any]:
         out[f"{prefix}_TTFT_s"] = scale(mean_of(cells, TTFT, system=system), 1e-3)
     out["x_SGL"] = ratio(out["GKV_tok_s"], out["SGL_tok_s"])
     out["x_SGL-C"] = ratio(out["GKV_tok_s"], out["SGL-C_tok_s"])
-    return out
+    return mark_mixed(out, reps, "x_SGL", "x_SGL-C")
 
 
 def microbench(results: ResultSet, name: str) -> pd.DataFrame | None:

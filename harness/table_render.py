@@ -3,7 +3,10 @@
 The texts of the cells are decided here, once for every format: the paper's values exactly as
 printed, ours with the precision of the paper value beside them, a missing cell as "—" in
 Markdown/LaTeX and "n/a" in CSV, a column we do not measure as "n/a"; `*` marks a row only we
-have, `§` a row with a cell measured before a later engine change. pandas lays the table out.
+have, `§` a row with a cell measured before a later engine change, and `‡` after one of our values
+a mixed-call ratio (its systems measured in different calls: `harness.table_queries.ratio_reps`).
+Every mark is explained under the table (Markdown), in the caption (LaTeX) and under the README
+headline; the CSV keeps bare numbers. pandas lays the table out.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def format_value(value: Any, like: Any = None) -> str:
 
 OURS_ONLY_MARK = "*"
 STALE_MARK = "§"  # a row whose numbers include a cell measured before a listed engine change
+MIXED_MARK = "‡"  # one of our ratios whose systems were measured in different calls
 
 
 def _ours_text(cell: ComparedCell, missing: str) -> str:
@@ -60,8 +64,10 @@ def _ours_text(cell: ComparedCell, missing: str) -> str:
     if cell.paper is None and is_number(cell.ours):
         # no paper value to take the precision from: three significant figures or more
         v = float(cell.ours)
-        return format_value(v, 100 if abs(v) >= 100 else 10.5 if abs(v) >= 10 else 1.25)
-    return format_value(cell.ours, cell.paper)
+        text = format_value(v, 100 if abs(v) >= 100 else 10.5 if abs(v) >= 10 else 1.25)
+    else:
+        text = format_value(cell.ours, cell.paper)
+    return text + MIXED_MARK if cell.mixed_call else text
 
 
 def _key_texts(row: ComparedRow) -> list[str]:
@@ -96,7 +102,7 @@ def _header_lines(t: ComparedTable) -> list[str]:
         + (f"; sweeps {', '.join(t.sweeps)}" if t.sweeps else "") + ".",
         f"{t.filled} of our cells filled, {t.missing} missing (marked {MISSING_TEXT}); "
         "ours/paper compares absolute values across different hardware — compare the ratio columns.",
-    ] + only + _stale_lines(t)
+    ] + only + _stale_lines(t) + _mixed_lines(t)
 
 
 def _stale_lines(t: ComparedTable) -> list[str]:
@@ -106,6 +112,22 @@ def _stale_lines(t: ComparedTable) -> list[str]:
     return [f"{n} row(s) marked {STALE_MARK} include cells measured before a later engine change listed in "
             "`harness/data/engine_changes.yaml`: re-measured at HEAD they would not give these numbers "
             f"(which cells and changes: `python -m harness.engine_changes --results results/{t.hardware}`)."]
+
+
+MIXED_RULE = ("no repetition of the point holds the compared cells with one `env.call_id` (a file without one is a "
+              "call of its own), so the ratio is of the means over the complete repetitions, and run-to-run "
+              "spread enters it. A point with repetitions of one call takes its ratios, and the row's other "
+              "numbers, from those repetitions only, unmarked.")
+MIXED_LEGEND = f"{MIXED_MARK}: a ratio of ours whose systems were measured in different calls: {MIXED_RULE}"
+
+
+def _mixed_lines(t: ComparedTable) -> list[str]:
+    rows = [r for r in t.rows if r.mixed_call]
+    if not rows:
+        return []
+    n = sum(c.mixed_call for r in rows for c in r.cells)
+    return [f"{n} ratio(s) of ours in {len(rows)} row(s) marked {MIXED_MARK} set systems measured in different "
+            f"calls side by side: {MIXED_RULE}"]
 
 
 def _pipe_escape(text: str) -> str:
@@ -146,7 +168,7 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
                   "×": r"$\times$", "µ": r"$\mu$", "μ": r"$\mu$", "Δ": r"$\Delta$", "∈": r"$\in$",
                   "≥": r"$\geq$", "≤": r"$\leq$", "≈": r"$\approx$", "·": r"$\cdot$", "†": r"\dag{}",
                   "|": r"$|$", "—": "---", "–": "--", "α": r"$\alpha$", "β": r"$\beta$", "γ": r"$\gamma$",
-                  "<": r"$<$", ">": r"$>$", "ℓ": r"$\ell$", "§": r"\S{}"}
+                  "<": r"$<$", ">": r"$>$", "ℓ": r"$\ell$", "§": r"\S{}", "‡": r"\ddag{}"}
 
 
 def latex_escape(text: str) -> str:
@@ -164,6 +186,8 @@ def render_latex(t: ComparedTable) -> str:
     only = f" Rows marked {OURS_ONLY_MARK} are ours only." if any(r.ours_only for r in t.rows) else ""
     if any(r.stale for r in t.rows):
         only += f" Rows marked {STALE_MARK} include cells measured before a later engine change."
+    if any(r.mixed_call for r in t.rows):
+        only += f" Ratios marked {MIXED_MARK} set systems measured in different calls side by side."
     caption = latex_escape(f"Table {t.number} (paper: {PAPER_HARDWARE}; ours: {t.hardware}). {t.caption}{only}")
     body = frame.to_latex(index=False, escape=False, column_format="l" * nkeys + "|rrr" * nvals,
                           multicolumn=True, multicolumn_format="c|", caption=caption, label=f"tab:ours-{t.number}",
@@ -210,6 +234,8 @@ def render_headline(t: ComparedTable) -> str:
     if any(r.stale for r in shown):
         lines += ["", f"{STALE_MARK}: measured before a later engine change; re-measured at HEAD these "
                       f"numbers would differ (`python -m harness.engine_changes --results results/{t.hardware}`)."]
+    if any(r.mixed_call for r in shown):
+        lines += ["", MIXED_LEGEND]
     return "\n".join(lines) + "\n"
 
 

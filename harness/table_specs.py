@@ -11,10 +11,21 @@ does it is `harness.table_extract`, one extractor per table. Rules common to eve
   `granikv_cascade` in `harness.results`).
 - Serving cells are `results/<hw>/<sweep>/<cell>.json` (DESIGN §7). For each paper row the
   *first* sweep of `sweeps` holding any cell for that row's configuration supplies all systems
-  of that row (so a ratio never mixes two runs). Reps (`config.rep`) are averaged (the paper
-  prints 3-rep means) over the reps that hold every system of the row (`complete_reps`); ratios
-  are ratios of the means. Cells are matched on config keys only (`model`, `tp`, `lp`, `batch`,
-  `k`, `hot_fraction`, `cold_page_size`), never on the workload name.
+  of that row (so a ratio never mixes two sweeps). Cells are matched on config keys only
+  (`model`, `tp`, `lp`, `batch`, `k`, `hot_fraction`, `cold_page_size`), never on the workload
+  name.
+- Reps (`config.rep`) are averaged (the paper prints 3-rep means), over the reps
+  `table_queries.ratio_reps` chooses for the row: a rep is *from one call* when every cell of it
+  that the row compares (paged, cascade and granikv, or the knobbed granikv cells a row sets
+  against each other: Table 18's page sizes, Table 24's f_p beside cascade) carries the same
+  non-empty `env.call_id`. A row with such reps takes its ratios and its absolute numbers (tok/s,
+  TPOT, TTFT) from those reps only. A row with none — cells of different calls, or files that
+  record no call id — takes them from the reps that hold every compared system
+  (`complete_reps`), and each of its ratios is a *mixed-call* ratio, marked ‡ in the rendered
+  tables and counted per table and TP in their index (`harness.tables.count_mixed_call_points`).
+  Ratios are ratios of the means; a row whose systems compare nothing (one system) reads its
+  complete reps. The profile tables (13, 14) and Tables 12 and 15 compute no ratio between
+  systems: they read their complete reps (13, 14) or every rep (12, 15).
 - Profiler section of a cell (Tables 13, 14, 22): `"profile": {"<category>_ms": ms, ...}`,
   summed over the capture window, with categories `prefix_attention`, `decode_attention`,
   `linear_gemm`, `nccl`, `total_kernel` (all kernels), and the wall-clock terms `decode_wall_ms`
@@ -103,11 +114,12 @@ _SPECS: tuple[TableSpec, ...] = (
               "GKV/SGL at Lp=8K, B=256. H_kv/rank and NCCL follow from (model, TP); \"KV mem\" and \"regime\" "
               "are the paper's judgement (n/a for us).", qualitative=("KV_mem", "regime")),
     TableSpec(20, ("row_type", "system", "k"), ("table20",), "serving cells by config.k",
-              "Lp=8K, B=256, by `config.k` in {1, 4, 16, 64}; complete reps only."),
+              "Lp=8K, B=256, by `config.k` in {1, 4, 16, 64}; the reps `ratio_reps` chooses (of one call, else "
+              "complete)."),
     TableSpec(21, ("config", "k", "system"), ("table21", "table4"), _SERVING,
               "By `config.k`; tok/s, ×default, TPOT p50/p99 (`metrics.median_tpot_ms`, `metrics.p99_tpot_ms`), "
               "TTFT p50 in s; slab tokens (K) from the granikv cell's `engine.hot_slab_tokens` / 1000 when the "
-              "engine reports it; complete reps only."),
+              "engine reports it; the reps `ratio_reps` chooses (of one call, else complete)."),
     TableSpec(22, ("config",), ("table22", "table3", "table9", "table10", "table11"),
               "profile section of the paged cell (table22) + Table 5 speedup + GKV/SGL",
               "Amdahl: the paged cell at Lp=16K, B=256 with a `profile` section; α = prefix_attention_ms / "

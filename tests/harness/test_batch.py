@@ -1,11 +1,12 @@
-"""harness.batch: cell lists, the xz carry round trip, the time budget."""
+"""harness.batch: cell lists, the xz carry round trip, the time budget, points run whole in one call."""
 
 from __future__ import annotations
 
 import pytest
+from fake_cell import fake_cells, write_result
 from proc_testutil import wait_dead
 
-from harness import batch
+from harness import batch, cell_proc, point
 
 
 def test_read_cells_skips_comments_and_blank_lines(tmp_path):
@@ -45,6 +46,15 @@ def test_run_starts_no_cell_without_budget(tmp_path):
     assert [r["status"] for r in report] == ["not started (budget)"] * 2
 
 
+def test_run_starts_a_point_only_when_the_budget_covers_all_its_cells(tmp_path, monkeypatch):
+    """Two lines of one point with time left for one cell: neither starts (a point measured
+    half would leave a ratio across two calls)."""
+    monkeypatch.setattr(batch, "run_cell", lambda *a, **k: pytest.fail("a cell of an uncovered point started"))
+    report = batch.run([["system=paged", "lp=512"], ["system=granikv", "lp=512"]], budget_s=100.0, reserve_s=60.0,
+                       logs=tmp_path)
+    assert [r["status"] for r in report] == ["not started (budget)"] * 2
+
+
 def test_sweep_lines_filter_group_systems_and_leave_out_measured(tmp_path):
     profile = batch.ROOT / "profiles" / "h200" / "pipeline.yaml"
     lines = batch.sweep_lines("table9", profile, ["lp=512,2048", "batch=256"], None)
@@ -54,9 +64,21 @@ def test_sweep_lines_filter_group_systems_and_leave_out_measured(tmp_path):
     assert systems == ["system=paged", "system=cascade", "system=granikv"] * 2
     assert all("lp=512 " in ln for ln in lines[:3]) and all("lp=2048 " in ln for ln in lines[3:])
     (tmp_path / "table9").mkdir()
+    for system in ("paged", "cascade", "granikv"):  # Lp=2048 measured whole: left out
+        (tmp_path / "table9" / f"{system}-llama-3.1-8b-tp1-sharegpt-lp2048-b256-k1-r0.json").write_text("{}")
     (tmp_path / "table9" / "cascade-llama-3.1-8b-tp1-sharegpt-lp512-b256-k1-r0.json").write_text("{}")
-    left = batch.sweep_lines("table9", profile, ["lp=512", "batch=256"], tmp_path)
-    assert [ln for ln in left if "system=cascade" in ln] == [] and len(left) == 2
+    left = batch.sweep_lines("table9", profile, ["lp=512,2048", "batch=256"], tmp_path)
+    # Lp=512 lacks two cells: the whole point, its measured cascade cell re-measured in the same call
+    assert len(left) == 3 and all("lp=512 " in ln for ln in left)
+    assert [ln.endswith(" overwrite=true") for ln in left] == [False, True, False]
+
+
+def test_where_picks_whole_points():
+    """A filter on the system picks the points holding such a cell, all their cells listed."""
+    profile = batch.ROOT / "profiles" / "h200" / "pipeline.yaml"
+    lines = batch.sweep_lines("table21", profile, ["system=granikv", "k=4"], None)
+    assert [next(t for t in ln.split() if t.startswith("system=")) for ln in lines] == \
+        ["system=paged", "system=cascade", "system=granikv"]
 
 
 def test_a_granikv_knob_does_not_split_a_point_from_its_baselines():
@@ -137,27 +159,73 @@ def test_land_refuses_members_outside_results(tmp_path, name):
     assert not (res / "h200").exists() and not (tmp_path / "escape.json").exists()
 
 
-def test_a_re_measure_list_run_again_skips_the_cells_this_commit_already_re_measured(tmp_path, monkeypatch):
-    import json
+def test_a_re_measure_list_run_again_skips_the_points_this_commit_already_re_measured_in_one_call(tmp_path):
+    ov = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "lp=512", "batch=256", "rep=0",
+          "sweep=table9", "hardware=h200", f"results_dir={tmp_path}", "overwrite=true"]
+    paths = [batch._result_path([f"system={s}", *ov]) for s in ("paged", "granikv")]
+    for p in paths:
+        write_result(p, "a" * 40, "c1")
+    assert batch.remeasured_at_this_commit(paths, sha="a" * 40) == "a" * 40
+    assert batch.remeasured_at_this_commit(paths, sha="b" * 40) is None  # measured before: re-measure
+    assert batch.remeasured_at_this_commit(paths, sha="a" * 40 + "-dirty") is None
+    write_result(paths[1], "a" * 40, "c2")  # a point cut short, finished by another call: again, whole
+    assert batch.remeasured_at_this_commit(paths, sha="a" * 40) is None
+    write_result(paths[1], "a" * 40, None)
+    assert batch.remeasured_at_this_commit(paths, sha="a" * 40) is None
+    paths[1].write_text("not json")
+    assert batch.remeasured_at_this_commit(paths, sha="a" * 40) is None
 
-    from harness.cell_config import result_path
 
-    ov = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "system=paged", "lp=512", "batch=256",
-          "rep=0", "sweep=table9", "hardware=h200", f"results_dir={tmp_path}", "overwrite=true"]
-    path = result_path(batch.compose(ov[:-1]))
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"env": {"git_sha": "a" * 40}}))
-    assert batch.measured_at_this_commit(ov, sha="a" * 40) == "a" * 40
-    assert batch.measured_at_this_commit(ov, sha="b" * 40) is None  # measured before: re-measure it
-    assert batch.measured_at_this_commit(ov, sha="a" * 40 + "-dirty") is None
-    assert batch.measured_at_this_commit(ov[:-1], sha="a" * 40) is None  # no overwrite: harness.cell skips it
-    path.write_text("not json")
-    assert batch.measured_at_this_commit(ov, sha="a" * 40) is None
-    # run() skips such a cell without starting it
-    monkeypatch.setattr(batch, "measured_at_this_commit", lambda o, sha=None: "c" * 40)
-    monkeypatch.setattr(batch.subprocess, "run", lambda *a, **k: pytest.fail("a skipped cell was started"))
-    report = batch.run([ov], budget_s=600.0, reserve_s=10.0, logs=tmp_path / "logs")
-    assert report == [{"cell": ov, "status": 0, "skipped": "c" * 40}]
+def test_run_measures_each_point_whole_in_one_call_in_the_reps_rotated_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_SHA", "a" * 40)
+    base = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "lp=512", "batch=256",
+            "sweep=table9", "hardware=h200", f"results_dir={tmp_path / 'results'}"]
+    systems = ("paged", "cascade", "granikv")
+    cells = [[f"system={s}", *base, f"rep={r}"] for r in (0, 1) for s in systems]
+    paths = {f"{s}@{r}": batch._result_path([f"system={s}", *base, f"rep={r}"]) for r in (0, 1) for s in systems}
+    read = fake_cells(monkeypatch, tmp_path, paths)
+    write_result(paths["cascade@1"], "0" * 40, None)  # rep 1 is partly measured: re-measured whole
+    report = batch.run(cells, budget_s=600.0, reserve_s=1.0, logs=tmp_path / "logs")
+    assert [r["status"] for r in report] == [0] * 6
+    ran = read()
+    # rep 0 starts with paged, rep 1 with cascade; each point's cells share one call of their own
+    assert [(r["system"], r["rep"]) for r in ran] == [("paged", "0"), ("cascade", "0"), ("granikv", "0"),
+                                                      ("cascade", "1"), ("granikv", "1"), ("paged", "1")]
+    assert len({r["call"] for r in ran[:3]}) == 1 and len({r["call"] for r in ran[3:]}) == 1
+    assert ran[0]["call"] != ran[3]["call"]
+    assert [r["overwrite"] for r in ran[3:]] == ["true", None, None]  # the measured cell, overwritten
+    # run again: every point is measured, nothing starts
+    assert all(r.get("skipped") == "measured" for r in batch.run(cells, 600.0, 1.0, tmp_path / "logs"))
+    # as a re-measure list: measured at this commit in one call each, nothing starts either
+    again = [point.with_overwrite(c) for c in cells]
+    assert all(r.get("skipped") == "a" * 40 for r in batch.run(again, 600.0, 1.0, tmp_path / "logs"))
+    assert len(read()) == 6
+    # a point whose cells come from two calls is re-measured whole
+    write_result(paths["granikv@0"], "a" * 40, "another-call")
+    report = batch.run(again, 600.0, 1.0, tmp_path / "logs")
+    assert [r["system"] for r in read()[6:]] == ["paged", "cascade", "granikv"]
+    assert [r.get("skipped") for r in report] == [None] * 3 + ["a" * 40] * 3
+
+
+def test_a_failed_cell_is_reported_and_the_points_other_cells_still_run(tmp_path, monkeypatch):
+    base = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "lp=512", "batch=256", "rep=0",
+            "sweep=table9", "hardware=h200", f"results_dir={tmp_path / 'results'}"]
+    cells = [[f"system={s}", *base] for s in ("paged", "cascade", "granikv")]
+    paths = {f"{s}@0": batch._result_path(c) for s, c in zip(("paged", "cascade", "granikv"), cells)}
+    read = fake_cells(monkeypatch, tmp_path, paths, fail="cascade")
+    report = batch.run(cells, budget_s=600.0, reserve_s=1.0, logs=tmp_path / "logs")
+    assert [r["status"] for r in report] == [0, 1, 0] and [r["system"] for r in read()] == ["paged", "cascade",
+                                                                                           "granikv"]
+    assert batch.main(["run", str(_cell_list(tmp_path, cells)), "--logs", str(tmp_path / "logs"),
+                       "--carry", str(tmp_path / "carry")]) == 1
+
+
+def _cell_list(tmp_path, cells):
+    import shlex
+
+    f = tmp_path / "cells.txt"
+    f.write_text("".join(shlex.join(c) + "\n" for c in cells))
+    return f
 
 
 # A cell stand-in: it starts a "server" in a session of its own (as harness.systems does) and,
@@ -196,7 +264,7 @@ def test_a_timed_out_cell_is_terminated_so_that_it_stops_its_server(tmp_path):
 
     pidfile = tmp_path / "server.pid"
     with (tmp_path / "cell.log").open("w") as log:
-        rc = batch.run_until([sys.executable, "-c", _CELL, str(pidfile), "stops"], log, timeout_s=3.0, grace_s=20.0)
+        rc = cell_proc.run_until([sys.executable, "-c", _CELL, str(pidfile), "stops"], log, timeout_s=3.0, grace_s=20.0)
     assert rc == "timeout"
     server = _wait_for(pidfile)
     dead = wait_dead(server, 5.0)
@@ -214,7 +282,8 @@ def test_a_cell_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_path):
     pidfile = tmp_path / "server.pid"
     t = time.monotonic()
     with (tmp_path / "cell.log").open("w") as log:
-        rc = batch.run_until([sys.executable, "-c", _CELL, str(pidfile), "ignores"], log, timeout_s=3.0, grace_s=1.0)
+        rc = cell_proc.run_until([sys.executable, "-c", _CELL, str(pidfile), "ignores"], log, timeout_s=3.0,
+                                 grace_s=1.0)
     took = time.monotonic() - t
     os.kill(_wait_for(pidfile), signal.SIGKILL)  # this stand-in's server is orphaned by design
     assert rc == "timeout" and took < 15
@@ -224,8 +293,35 @@ def test_a_cell_that_finishes_in_time_returns_its_exit_code(tmp_path):
     import sys
 
     with (tmp_path / "cell.log").open("w") as log:
-        rc = batch.run_until([sys.executable, "-c", "print('done'); raise SystemExit(3)"], log, timeout_s=30.0)
+        rc = cell_proc.run_until([sys.executable, "-c", "print('done'); raise SystemExit(3)"], log, timeout_s=30.0)
     assert rc == 3 and (tmp_path / "cell.log").read_text().strip() == "done"
+
+
+def test_a_runner_stopped_while_it_waits_stops_its_cell_first(tmp_path):
+    """harness.point turns SIGTERM (Snakemake stopping the job) into SystemExit inside run_until's
+    wait: the cell is SIGTERMed before the runner unwinds, so it stops its server."""
+    import os
+    import signal
+    import sys
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    pidfile = tmp_path / "server.pid"
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 3.0)
+    try:
+        with (tmp_path / "cell.log").open("w") as log, pytest.raises(SystemExit):
+            cell_proc.run_until([sys.executable, "-c", _CELL, str(pidfile), "stops"], log, timeout_s=None,
+                                grace_s=20.0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    server = _wait_for(pidfile)
+    dead = wait_dead(server, 5.0)
+    if not dead:
+        os.kill(server, signal.SIGKILL)
+    assert dead, "the stopped runner's cell left its server running"
 
 
 def test_prepare_writes_the_commit_the_host_records(tmp_path, monkeypatch):

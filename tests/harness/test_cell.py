@@ -7,6 +7,8 @@ double: its numbers mean nothing); the composition tests use Hydra's compose API
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,8 +34,9 @@ def _compose(*overrides: str):
 
 
 def _run(*overrides: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != cell_env.CALL_ID_ENV}  # a cell run alone
     return subprocess.run([sys.executable, "-m", "harness.cell", *overrides], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +75,7 @@ def test_cell_writes_a_valid_result_file(measured):
     env = doc["env"]
     for key in ("gpu", "gpu_count", "torch", "triton", "python", "git_sha", "started_at"):
         assert key in env
+    assert re.fullmatch(r"[0-9a-f]{32}", env["call_id"])  # run alone (no GRANIKV_CALL_ID): a call of its own
     assert doc["run"]["flush_status"] == 200
     # which side of the stream was busy: the client's CPU over the run, the HTTP process's CPU
     # and chunk count (from /server_info), before and after the warm-up

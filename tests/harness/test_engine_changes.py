@@ -183,8 +183,9 @@ def test_main_counts_tagged_ab_cells(repo, tmp_path, monkeypatch, capsys):
     assert f"{ab}: predates" in out.out and "1 cells, 1 measured before" in out.err
 
 
-def test_batch_lines_re_measure_only_the_stale_cells(monkeypatch, tmp_path):
-    """`lines --stale` keeps the sweep's cells whose result file is stale and asks to overwrite it."""
+def test_batch_lines_re_measure_the_points_of_the_stale_cells(monkeypatch, tmp_path):
+    """`lines --stale` keeps the sweep's points with a stale result file, whole, and asks to
+    overwrite each measured cell: the point is re-measured in one call."""
     prof = Path(batch.ROOT / "profiles" / "h200" / "pipeline.yaml")
     everything = batch.sweep_lines("table6", prof, ["lp=16384", "batch=32"], None)
     assert len(everything) == 3 and not any("overwrite" in line for line in everything)
@@ -202,7 +203,9 @@ def test_batch_lines_re_measure_only_the_stale_cells(monkeypatch, tmp_path):
     stale = {(res / "table6" / f"{cell_id}.json").resolve()}
     monkeypatch.setattr(batch, "stale_paths", lambda results: stale)
     lines = batch.sweep_lines("table6", prof, ["lp=16384", "batch=32"], None, stale=res)
-    assert lines == [f"{[x for x in everything if 'system=granikv' in x][0]} overwrite=true"]
+    assert lines == [f"{x} overwrite=true" if "system=granikv" in x else x for x in everything]
+    monkeypatch.setattr(batch, "stale_paths", lambda results: set())
+    assert batch.sweep_lines("table6", prof, ["lp=16384", "batch=32"], None, stale=res) == []
 
 
 def test_batch_stale_paths_asks_git_and_refuses_when_it_cannot_tell(repo, tmp_path, monkeypatch):
@@ -221,8 +224,8 @@ def test_batch_stale_paths_asks_git_and_refuses_when_it_cannot_tell(repo, tmp_pa
 
 def test_batch_lines_cover_stale_repetitions_beyond_the_profile(monkeypatch, tmp_path):
     """The h200 profile runs one rep, batch lists add `rep=1`, `rep=2`: a stale point's extra
-    reps are re-measured too (else the tables would average a new rep 0 with stale reps), right
-    after their rep 0 and only where their file is stale."""
+    reps are re-measured too (else the tables would average a new rep 0 with stale reps), each
+    whole, right after their rep 0 and only where a file of theirs is stale."""
     from harness.sweeps import load_profile, load_sweep, sweep_cells
 
     prof_path = Path(batch.ROOT / "profiles" / "h200" / "pipeline.yaml")
@@ -235,17 +238,16 @@ def test_batch_lines_cover_stale_repetitions_beyond_the_profile(monkeypatch, tmp
     (res / "table6").mkdir(parents=True)
     stale = set()
     for c in cells:
-        for rep in (0, 1, 2):
+        for rep in (0, 1, 2, 3):
             path = res / "table6" / f"{c.cell_id[:-1]}{rep}.json"
             path.write_text("{}")
-            if rep != 1 or c.values["system"] != "granikv":
-                stale.add(path.resolve())  # granikv's rep 1 is current
+            if rep == 0 or (rep == 1 and c.values["system"] == "paged"):
+                stale.add(path.resolve())  # rep 1's paged cell is stale, its other cells and reps 2-3 current
     monkeypatch.setattr(batch, "stale_paths", lambda results: stale)
     lines = batch.sweep_lines("table6", prof_path, where, None, stale=res)
     got = [(next(t for t in line.split() if t.startswith("system=")),
             next(t for t in line.split() if t.startswith("rep="))) for line in lines]
-    assert got == [(f"system={s}", f"rep={r}") for r in (0, 1, 2) for s in ("paged", "cascade", "granikv")
-                   if not (r == 1 and s == "granikv")]
+    assert got == [(f"system={s}", f"rep={r}") for r in (0, 1) for s in ("paged", "cascade", "granikv")]
     assert all(line.endswith("overwrite=true") for line in lines)
     for p in (res / "table6").glob("*-r[12].json"):  # without result files beyond rep 0: the profile's reps
         p.unlink()

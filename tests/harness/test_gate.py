@@ -17,14 +17,14 @@ ENV = {"gpu": "FIXTURE (fake numbers)", "git_sha": "0000000"}
 
 
 def write_cell(root: Path, system: str, tok: float, *, sweep: str = "table3", lp: int = 8192, rep: int = 0,
-               **config) -> None:
+               call: str | None = None, **config) -> None:
     doc = {
         "config": {"system": system, "model": "llama-3.1-8b", "tp": 1, "workload": "sharegpt", "lp": lp,
                    "batch": 256, "k": 1, "rep": rep, "fixture": True, **config},
         "metrics": {"output_throughput": tok, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "completed": 10,
                     "failed": 0},
         "engine": {"decode_steps": 1},
-        "env": ENV,
+        "env": {**ENV, **({"call_id": call} if call else {})},
     }
     extra = "".join(f"-{k}{v}" for k, v in sorted(config.items()))
     path = root / sweep / f"{system}-lp{lp}-r{rep}{extra}.json"
@@ -133,6 +133,28 @@ def test_reps_are_averaged(tmp_path, base):
     assert run_gate(root, base) == gate.EXIT_PASS
     write_cell(root, "granikv", 1600.0, lp=8192, rep=2)  # mean 1800 -> 1.8
     assert run_gate(root, base) == gate.EXIT_REGRESSION
+
+
+def test_a_ratio_is_taken_over_its_reps_of_one_call(tmp_path, base, capsys):
+    """Rep 0 measured paged and granikv in one call; rep 1's granikv was re-measured alone (another
+    call): the ratio is rep 0's, unmarked. With no rep of one call it is the mean over every rep,
+    marked mixed-call in the reports."""
+    root = tmp_path / "h200"
+    result_set(root, {16384: (500.0, 1500.0)})
+    write_cell(root, "paged", 1000.0, lp=8192, rep=0, call="a")
+    write_cell(root, "granikv", 2000.0, lp=8192, rep=0, call="a")
+    write_cell(root, "paged", 1000.0, lp=8192, rep=1, call="b")
+    write_cell(root, "granikv", 1000.0, lp=8192, rep=1, call="c")  # over every rep: 1.5, a regression
+    m = gate.measure(gate.load_cells(root), gate.DEFAULT_KEY_FIELDS)
+    key = next(k for k in m.keys if dict(k)["lp"] == 8192)
+    assert m.one_call_reps(key, ("granikv", "paged")) == [0]
+    assert m.ratio(key, "granikv", "paged") == pytest.approx(2.0) and not m.mixed(key, "granikv", "paged")
+    report = tmp_path / "r.json"
+    assert run_gate(root, base, "--json", str(report)) == gate.EXIT_PASS
+    checks = {c["cell"]["lp"]: c for c in json.loads(report.read_text())["checks"]}
+    assert not checks[8192]["mixed_call"] and checks[16384]["mixed_call"]  # the 16K cells record no call
+    out = capsys.readouterr().out
+    assert "1 current ratio(s) marked ‡" in out and "3‡" in out
 
 
 def test_usage_and_missing_data_errors_exit_2(tmp_path, base):

@@ -23,8 +23,10 @@ ENV = {"gpu": "FIXTURE (fake numbers)", "git_sha": "0000000"}
 H200_GATE = sweeps.sweep_cells(sweeps.load_sweep("gate"), sweeps.load_profile("h200"))
 
 
-def write(root: Path, sweep: str, cell: sweeps.Cell, tok: float, *, rep: int = 0, **config) -> None:
-    """A result file for the planned `cell` under `root/<sweep>/`, as harness.cell names it."""
+def write(root: Path, sweep: str, cell: sweeps.Cell, tok: float, *, rep: int = 0, call: str | None = None,
+          **config) -> None:
+    """A result file for the planned `cell` under `root/<sweep>/`, as harness.cell names it (with
+    `env.call_id` = `call` when given)."""
     values = {k: v for k, v in cell.values.items() if "." not in k and k != "stands_for"}
     values.setdefault("num_prompts", 500)
     values.setdefault("output_len", 256)
@@ -33,7 +35,7 @@ def write(root: Path, sweep: str, cell: sweeps.Cell, tok: float, *, rep: int = 0
     doc = {"config": cfg,
            "metrics": {"output_throughput": tok, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "completed": 10,
                        "failed": 0},
-           "engine": {"decode_steps": 1}, "env": ENV}
+           "engine": {"decode_steps": 1}, "env": {**ENV, **({"call_id": call} if call else {})}}
     cid = re.sub(r"-r0\b", f"-r{rep}", cell.cell_id)
     if config.get("tag"):
         cid += f"-tag{config['tag']}"
@@ -104,8 +106,11 @@ def test_gate_runs_match_the_reproduction_baseline_and_write_reports(tmp_path, c
     base = tmp_path / "h200.json"
     assert gate.main(["--results", str(res), "--sweep", "table9", "--sweep", "table20", "--baseline", str(base),
                       "--write-baseline", "--cells", "gate"]) == 0
+    def call(c: sweeps.Cell) -> str:  # one call per point, as harness.point runs the gate's points
+        return f"call-{c.values['workload']}-{c.values['lp']}-{c.values['batch']}"
+
     for c in H200_GATE:  # the gate's own run: same configurations, sweep "gate"
-        write(res, "gate", c, SPEED[c.values["system"]])
+        write(res, "gate", c, SPEED[c.values["system"]], call=call(c))
     rep = tmp_path / "report"
     args = ["--results", str(res), "--sweep", "gate", "--baseline", str(base), "--json", str(rep / "r.json"),
             "--markdown", str(rep / "r.md")]
@@ -118,13 +123,22 @@ def test_gate_runs_match_the_reproduction_baseline_and_write_reports(tmp_path, c
     # granikv slows down 10 % at the headline: a regression, exit 1, and the report says so
     head = next(c for c in H200_GATE if c.values["lp"] == 16384 and c.values["system"] == "granikv")
     (res / "gate" / f"{head.cell_id}.json").unlink()
-    write(res, "gate", head, 1800.0)
+    write(res, "gate", head, 1800.0, call=call(head))
     assert gate.main(args) == 1
     doc = json.loads((rep / "r.json").read_text())
     assert doc["verdict"] == "FAIL (regression)" and doc["exit_code"] == 1
     bad = [c for c in doc["checks"] if c["status"] == "REGRESSION"]
     assert len(bad) == 1 and bad[0]["cell"]["lp"] == 16384 and bad[0]["current"] == pytest.approx(1.8)
     assert "| REGRESSION | ratio | granikv/paged | 2 | 1.8 | -10.0% |" in (rep / "r.md").read_text()
+    assert not any(c["mixed_call"] for c in doc["checks"])  # each point's systems from one call
+    # the headline's granikv re-measured alone (a call of its own): the ratio is marked mixed-call
+    (res / "gate" / f"{head.cell_id}.json").unlink()
+    write(res, "gate", head, 1800.0, call="another-call")
+    assert gate.main(args) == 1
+    doc = json.loads((rep / "r.json").read_text())
+    assert [c["cell"]["lp"] for c in doc["checks"] if c["mixed_call"]] == [16384]
+    assert "| REGRESSION | ratio | granikv/paged | 2 | 1.8‡ | -10.0% |" in (rep / "r.md").read_text()
+    assert "1 current ratio(s) marked ‡" in (rep / "r.md").read_text()
     capsys.readouterr()
 
 
@@ -156,7 +170,8 @@ def test_snakemake_gate_target_plans_exactly_the_gate_cells():
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
-    planned = set(re.findall(r"output: (results/h200/\S+\.json)", text))
+    planned = {f for line in re.findall(r"output: (.*)", text) for f in line.split(", ")  # a job per point
+               if re.fullmatch(r"results/h200/\S+\.json", f)}
     wanted = {f"results/h200/gate/{c.cell_id}.json" for c in H200_GATE}
     present = {p for p in wanted if (ROOT / p).exists()}  # a local gate run's cells are not re-planned
     assert planned | present == wanted

@@ -11,8 +11,9 @@ from harness import report
 
 
 def _cell(folder, system, tok, rep=0, lp=4096, knobs="", k=1, git="abc1234", tag=None, extra=(), m_sat=2048,
-          ext=None, run=None, workload="sharegpt", rate=None):
-    """A result file as harness.cell names and writes it (the fields the report reads)."""
+          ext=None, run=None, workload="sharegpt", rate=None, call=None):
+    """A result file as harness.cell names and writes it (the fields the report reads); `call`:
+    its env.call_id (None: a file from before cells recorded their call)."""
     folder.mkdir(parents=True, exist_ok=True)
     knobs = knobs or (f"rate{rate:g}" if rate is not None else "")
     name = (f"{system}-llama-3.1-8b-tp1-{workload}-lp{lp}-b256-k{k}-r{rep}{('-' + knobs) if knobs else ''}"
@@ -24,6 +25,8 @@ def _cell(folder, system, tok, rep=0, lp=4096, knobs="", k=1, git="abc1234", tag
     if rate is not None:
         c["rate"] = rate
     doc = {"config": c, "metrics": {"output_throughput": tok}, "engine": {}, "env": {"git_sha": git}}
+    if call is not None:
+        doc["env"]["call_id"] = call
     if ext is not None:
         doc["engine"]["extend_time_s"] = ext
     if run is not None:  # (duration_s, loop_step_s at the end, loop_step_s after the warm-up)
@@ -51,8 +54,25 @@ def test_complete_reps_spread_per_run_ratios_and_commits(tmp_path):
     text = report.render(report.read_results(tmp_path), tmp_path)
     row = _row(text, "| table9 |")
     assert "| 0,1,2,3 | 0,1,2 | 105 | 9.5% | 203 | 4.9% | 231 | 9.5% |" in row
-    assert "| 2.200, 2.200, 2.200 | 1.100, 1.210, 1.100 | abc1234, def5678 |" in row  # its ratio spans two commits
+    assert "| 2.200‡, 2.200‡, 2.200‡ | 1.100‡, 1.210‡, 1.100‡ | — | abc1234, def5678 |" in row  # no call ids
     assert "Largest per-system spread: 9.5%" in text and "1 with two or more complete" in text
+    assert "0 with a complete repetition whose three systems come from one call" in text
+
+
+def test_per_run_ratios_are_marked_where_their_two_cells_come_from_different_calls(tmp_path):
+    """Each rep's call (short id) is listed; a per-run ratio whose two cells do not carry one call
+    id is marked ‡ (granikv re-measured alone in rep 1; rep 2 from files without a call id)."""
+    t9 = tmp_path / "table9"
+    calls = {0: ("aaaaaaaa0000",) * 3, 1: ("bbbbbbbb0000", "bbbbbbbb0000", "cccccccc0000"), 2: (None,) * 3}
+    for rep, ids in calls.items():
+        for system, tok, call in zip(report.SYSTEMS, (100, 200, 220), ids, strict=True):
+            _cell(t9, system, tok, rep, call=call)
+    (p,) = report.points(report.read_results(tmp_path))
+    assert [p.one_call(r) for r in p.complete] == [True, False, False]
+    assert p.one_call(1, ("paged", "cascade"))  # the two baselines of rep 1 share its call
+    row = _row(report.render(report.read_results(tmp_path), tmp_path), "| table9 |")
+    assert "| 2.200, 2.200‡, 2.200‡ | 1.100, 1.100‡, 1.100‡ |" in row
+    assert "| 0: aaaaaaaa, 1: bbbbbbbb+cccccccc, 2: — |" in row
 
 
 def test_knobbed_stand_in_one_system_points_and_non_sweep_folders(tmp_path):
@@ -88,15 +108,16 @@ def test_a_file_name_that_does_not_name_its_cell_is_an_error(tmp_path):
 def test_ab_gain_and_ratios_against_the_mean_of_the_baseline_reps(tmp_path):
     t9, ad = tmp_path / "table9", tmp_path / "adhoc"
     for rep, (p, c, g) in enumerate(((100, 300, 330), (110, 300, 340))):
-        _cell(t9, "paged", p, rep, lp=16384, ext=7.0 + rep, run=(10.0 + rep, 9.9, 0.2))  # 0.3, 1.3 s beyond
-        _cell(t9, "cascade", c, rep, lp=16384, ext=6.5)
-        _cell(t9, "granikv", g, rep, lp=16384, ext=6.6)
+        call = f"base{rep}"  # each baseline rep measured in one call
+        _cell(t9, "paged", p, rep, lp=16384, ext=7.0 + rep, run=(10.0 + rep, 9.9, 0.2), call=call)  # 0.3, 1.3 s beyond
+        _cell(t9, "cascade", c, rep, lp=16384, ext=6.5, call=call)
+        _cell(t9, "granikv", g, rep, lp=16384, ext=6.6, call=call)
     _cell(t9, "granikv", 999, 0, lp=16384, m_sat=2**31, knobs="msat")  # forced cascade: not this baseline
     for system, tok in (("paged", 105), ("cascade", 330), ("granikv", 350)):
         _cell(ad, system, tok, lp=16384, ext=5.5, tag="long-keys", extra=["+server.extra.extend_split_rule=long-keys"],
-              run=(9.0, 9.1, 0.25), git="1234567")
+              run=(9.0, 9.1, 0.25), git="1234567", call="ab0")
         _cell(ad, system, tok + 1, lp=16384, ext=5.0, knobs="eg", extra=["+server.extra.extend_graph_tokens=[32,64]"])
-    _cell(ad, "granikv", 370, rep=1, lp=16384, ext=5.5, tag="long-keys", git="1234567")  # a second A/B rep
+    _cell(ad, "granikv", 370, rep=1, lp=16384, ext=5.5, tag="long-keys", git="1234567", call="ab1")  # granikv alone
     _cell(ad, "paged", 1, rep=3, lp=16384)  # no label: a plain re-measure, left out
     rows = report.ab_rows(report.read_results(tmp_path))
     assert {r.label for r in rows} == {"long-keys", "extend_graph_tokens=[32,64]"}
@@ -106,7 +127,10 @@ def test_ab_gain_and_ratios_against_the_mean_of_the_baseline_reps(tmp_path):
     text = report.render(report.read_results(tmp_path), tmp_path)
     ab = text[text.index("## A/B cells"):]
     head = "| llama-3.1-8b / TP=1 | sharegpt | 16384 | 256 | 1 | long-keys |"
-    assert f"{head} 3.19 → 3.43 | 1.12 → 1.09 |" in ab  # granikv over paged and cascade, baseline → A/B
+    # granikv over paged and cascade, baseline → A/B: the A/B side's ratios from its rep of one call (rep 0)
+    assert f"{head} 3.19 → 3.33 | 1.12 → 1.06 |" in ab
+    eg = "| llama-3.1-8b / TP=1 | sharegpt | 16384 | 256 | 1 | extend_graph_tokens=[32,64] |"
+    assert f"{eg} 3.19 → 3.31‡ | 1.12 → 1.06‡ |" in ab  # A/B cells without call ids: mean over all, marked
     assert f"{head} paged | table9 | 105 (2) | 105 (1) | +0.0% | 7.0–8.0 → 5.5 | 0.30–1.30 → 0.15 | 1234567 |" in ab
     assert f"{head} granikv | table9 | 335 (2) | 360 (2) | +7.5% | 6.6 → 5.5 | — → 0.15 |" in ab  # no loop clock
 

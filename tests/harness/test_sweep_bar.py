@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness import sweep_bar
 
 
 def _cell(root: Path, name: str, system: str, lp: int, batch: int, tok: float, hint: bool = False,
-          sha: str = "aaaaaaa1", **cfg) -> None:
+          sha: str = "aaaaaaa1", call: str | None = None, **cfg) -> None:
     doc = {"config": {"system": system, "model": "llama-3.1-8b", "workload": "sharegpt", "lp": lp, "batch": batch,
                       "k": 1, "tp": 1, "rate": "inf", "client": {"send_prefix_hint": hint}, **cfg},
            "metrics": {"output_throughput": tok, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0, "completed": 1,
                        "failed": 0},
-           "engine": {"decode_steps": 1}, "env": {"gpu": "test", "git_sha": sha}}
+           "engine": {"decode_steps": 1}, "env": {"gpu": "test", "git_sha": sha, **({"call_id": call} if call else {})}}
     d = root / sweep_bar.SWEEP
     d.mkdir(parents=True, exist_ok=True)
     (d / f"{name}.json").write_text(json.dumps(doc))
@@ -59,11 +61,24 @@ def test_verdicts_use_only_hint_free_reps(tmp_path):
     assert set(rows) == {("2048", "8"), ("8192", "256"), ("16384", "32")}
     low = rows[("8192", "256")]
     assert low[2] == "105 (2)" and low[3] == "104 (1)" and low[4] == "1"
-    assert low[5] == f"{104.0 / 105.0:.3f}" and low[6] == "not met"
+    assert low[5] == f"{104.0 / 105.0:.3f}‡" and low[6] == "not met"  # no call ids: a mixed-call ratio
     assert rows[("2048", "8")][6] == "pending (granikv hinted)" and rows[("2048", "8")][5] == "—"
     met = rows[("16384", "32")]
     assert met[6] == "met" and met[7] == met[8] == "bbbbbbb"
-    assert lines[-1] == "Met at 1 of 2 judged points; 1 pending."
+    assert lines[-1] == "Met at 1 of 2 judged points; 1 pending; 2 of the judged ratios from mixed calls (‡)."
+
+
+def test_a_point_with_a_rep_of_one_call_is_judged_from_that_rep_only(tmp_path):
+    r = tmp_path / "h200"
+    _cell(r, "c0", "cascade", 8192, 256, 100.0, rep=0, call="one")
+    _cell(r, "g0", "granikv", 8192, 256, 101.0, rep=0, call="one")
+    _cell(r, "c1", "cascade", 8192, 256, 100.0, rep=1, call="two")
+    _cell(r, "g1", "granikv", 8192, 256, 80.0, rep=1, call="three")  # re-measured alone: another call
+    (pt,) = sweep_bar.load_points(r)
+    assert pt.one_call_reps == {0} and not pt.mixed
+    assert pt.ratio == pytest.approx(1.01) and pt.verdict == "met"
+    row = _rows(sweep_bar.render_section(r))[("8192", "256")]
+    assert row[2] == "100 (1)" and row[3] == "101 (1)" and row[5] == "1.010"
 
 
 def test_no_cells_no_section(tmp_path):
