@@ -78,9 +78,9 @@ def render_notes(result: dict) -> str:
     for st in result.get("stages", []):
         e = st.get("env", {})
         out.append(
-            f"Its {st.get('records')} {st.get('stage')} records (flagged `table5`) are from a later "
+            f"Its {st.get('records')} Table 5 records (those of the Table 5 analog below) are from a later "
             f"`--stage {st.get('stage')}` run merged in: {e.get('gpu')}, git {str(e.get('git_sha'))[:7]}, "
-            f"{e.get('started_at')}, configs from {st.get('configs_from')}."
+            f"{e.get('started_at')}, configs from `{st.get('configs_from')}`."
         )
     out += ["", "Ceilings measured in the same run:", "", "| ceiling | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in ceil.items()]
