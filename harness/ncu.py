@@ -1,13 +1,22 @@
-"""Nsight Compute counters of the two attention layouts (Table 23, Figure 1).
+"""Nsight Compute counters of the attention layouts of Table 5 (Table 23, Figure 1).
 
-Table 23 explains the kernel speedup of Table 5 in hardware terms: the shared (HOT slab) prefix
-pass reads the prefix from DRAM about once and runs on the tensor pipe, the unique (paged)
-decode re-reads every request's K/V. We run a target program under
+Table 23 explains the kernel speedup of Table 5 in hardware terms: the same dense prefix kernel
+reads the prefix from DRAM about once on the shared (HOT slab) layout and B times on the unique
+(one private copy per request) layout. We run a target program under
 `ncu --clock-control none` (boost clocks, as the timed microbench runs; ncu would otherwise lock
 base clocks and slow every kernel), capture the named kernels, read ncu's raw CSV page and turn
 each captured launch into a `microbench/ncu.json` record (harness/tables.py):
-`{layout, B, Lp, kernel, dram_bytes_read, byte_model_bytes, l2_hit_rate_pct,
+`{op, layout, B, Lp, kernel, dram_bytes_read, byte_model_bytes, l2_hit_rate_pct,
 tensor_pipe_active_pct, waves_per_sm, wall_us, useful_flops}`.
+
+Captures (`--layouts`, all by default; `CAPTURES`):
+- `shared`: `prefix_dense` over one class of B requests reading the HOT slab (`_prefix_kernel`);
+- `unique`: the same kernel and config over B one-request classes, each reading its own
+  contiguous copy of the prefix (`_prefix_kernel`, the paper's "unique (paged)" column);
+- `unique-decode`: our paged decode, `decode_paged` over per-request pages (`_decode_kernel`),
+  layout `unique` too; Table 23 shows it as rows of its own, not the paper's experiment.
+A record's `op` (`prefix_dense` or `decode_paged`) tells the two unique captures apart; records
+written before `op` existed carry only `kernel`, from which `op_of` derives it.
 
 The byte model is the minimum K/V the layout must read (unique: every request's Lp tokens;
 shared: the prefix once); `useful_flops` is QK^T + PV over the prefix, 4·B·Hq·d·Lp per layer.
@@ -16,7 +25,9 @@ Parsing and command construction are host-only; the capture needs a GPU and ncu.
     python -m harness.ncu --out results/h200/microbench/ncu.json        # on the GPU host, ncu on PATH
 
 By default the target is this module itself (`--launch-table5`): the Table 5 shape (B=256,
-Lp=8K, Llama head) with the engine's launch configs, warm-up launches skipped in ncu.
+Lp=8K, Llama head) with the engine's launch configs (`DENSE_CONFIG`, the split count of
+`prefix_max_splits` for each class list; the default `DecodeConfig`), warm-up launches skipped
+in ncu.
 """
 
 from __future__ import annotations
@@ -41,11 +52,40 @@ WAVES = "launch__waves_per_multiprocessor"
 DURATION = "gpu__time_duration.sum"
 METRICS = (DRAM, L2_HIT, TENSOR, WAVES, DURATION)
 
-# the Triton kernels of each layout (granikv/kernels): the dense prefix pass over the HOT slab
-# runs prefix_cascade's `_prefix_kernel`; the paged decode runs decode_paged's `_decode_kernel`.
-# Anchored: ncu's regex is a search, and `_combine_prefix_kernel` (the split-K combine) would
-# otherwise take launches of the count meant for the prefix pass itself.
-LAYOUT_KERNELS = {"shared": "^_prefix_kernel$", "unique": "^_decode_kernel$"}
+
+
+@dataclass(frozen=True)
+class Capture:
+    """One capture: the op launched, the storage layout it reads, the kernel ncu records."""
+
+    op: str
+    layout: str
+    kernel_regex: str
+
+
+# the Triton kernels of each capture (granikv/kernels): the dense prefix pass runs
+# prefix_cascade's `_prefix_kernel` on both layouts; the paged decode runs decode_paged's
+# `_decode_kernel`. Anchored: ncu's regex is a search, and `_combine_prefix_kernel` (the split-K
+# combine) would otherwise take launches of the count meant for the prefix pass itself.
+PREFIX_KERNEL = "^_prefix_kernel$"
+DECODE_KERNEL = "^_decode_kernel$"
+CAPTURES = {
+    "shared": Capture("prefix_dense", "shared", PREFIX_KERNEL),
+    "unique": Capture("prefix_dense", "unique", PREFIX_KERNEL),
+    "unique-decode": Capture("decode_paged", "unique", DECODE_KERNEL),
+}
+LAYOUT_KERNELS = {name: c.kernel_regex for name, c in CAPTURES.items()}
+# the op of a record that names only its kernel (ncu.json written before records carried `op`)
+OP_OF_KERNEL = {"_prefix_kernel": "prefix_dense", "_decode_kernel": "decode_paged"}
+
+
+def op_of(record: dict) -> str | None:
+    """The op a ncu.json record measured: its `op`, else the one its `kernel` belongs to."""
+    op = record.get("op")
+    if isinstance(op, str) and op:
+        return op
+    kernel = record.get("kernel")
+    return OP_OF_KERNEL.get(kernel) if isinstance(kernel, str) else None
 
 _SCALE = {  # ncu units -> base unit (bytes, microseconds for time)
     "": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
@@ -171,27 +211,30 @@ class Shape:
         return float(self.lp * kv_tok * (self.b if layout == "unique" else 1))
 
 
-def capture(target: str, layout: str, kernel_regex: str, shape: Shape, workdir: Path, launch_skip: int,
+def capture(target: str, name: str, what: Capture, shape: Shape, workdir: Path, launch_skip: int,
             launch_count: int, ncu: str = "ncu") -> list[dict]:
-    """Run `python -m <target>` under ncu for one layout's kernel; its records."""
+    """Run `python -m <target>` under ncu for one capture's kernel; its records."""
     if shutil.which(ncu) is None:
         raise NcuError(f"{ncu!r} (Nsight Compute) is not installed or not on PATH; nothing to capture")
-    out_csv = workdir / f"ncu-{layout}.csv"
-    argv = ncu_command(["-m", *shlex.split(target)], kernel_regex, out_csv, launch_skip, launch_count, ncu=ncu)
+    out_csv = workdir / f"ncu-{name}.csv"
+    argv = ncu_command(["-m", *shlex.split(target)], what.kernel_regex, out_csv, launch_skip, launch_count, ncu=ncu)
     print("+", shlex.join(argv), flush=True)
     proc = subprocess.run(argv, capture_output=True, text=True)
     if proc.returncode != 0:
         raise NcuError(f"ncu exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
     rows = parse_csv(out_csv.read_text())
     if not rows:
-        raise NcuError(f"ncu captured no launch of {kernel_regex!r} in {target!r}")
-    return to_records(rows, layout, shape.useful_flops(), shape.byte_model(layout), B=shape.b, Lp=shape.lp)
+        raise NcuError(f"ncu captured no launch of {what.kernel_regex!r} in {target!r}")
+    return to_records(rows, what.layout, shape.useful_flops(), shape.byte_model(what.layout), op=what.op,
+                      capture=name, B=shape.b, Lp=shape.lp)
 
 
 def launch_table5(layouts: Sequence[str], warmup: int, repeats: int, smoke: bool = False) -> None:
     """The capture target: the Table 5 cell's kernels with the engine's launch shapes (the dense
-    prefix pass over a HOT slab: `DENSE_CONFIG`; the paged decode over per-request pages: the
-    default `DecodeConfig`), `warmup` untimed launches (JIT compile) then `repeats` more.
+    prefix pass: `DENSE_CONFIG`, over the HOT slab (`shared`) or over B one-request classes each
+    reading its own copy of the prefix (`unique`), the split count `prefix_max_splits` picks for
+    each class list; the paged decode over per-request pages (`unique-decode`): the default
+    `DecodeConfig`), `warmup` untimed launches (JIT compile) then `repeats` more.
     Skip `warmup` launches in ncu (`--launch-skip`). Reuses the kernel microbench's inputs."""
     import torch
 
@@ -202,15 +245,18 @@ def launch_table5(layouts: Sequence[str], warmup: int, repeats: int, smoke: bool
     bn = Bench(SMOKE if smoke else FULL, smoke)
     b, length = bn.plan.headline_b, bn.plan.headline_lp
     q = bn.q(b, 4)
-    fns = {"shared": lambda: bn.prefix_fn("prefix_dense", q, length, DENSE_CONFIG)[0],
-           "unique": lambda: bn.decode_fn(q, bn.unique_table(b, length), length, DecodeConfig())[0]}
-    for layout in layouts:
-        fn = fns[layout]()
+    fns = {"shared": lambda: bn.prefix_fn("prefix_dense", q, length, DENSE_CONFIG),
+           "unique": lambda: bn.prefix_fn("prefix_dense", q, length, DENSE_CONFIG,
+                                          slab_bases=bn.unique_slab_bases(b, length)),
+           "unique-decode": lambda: bn.decode_fn(q, bn.unique_table(b, length), length, DecodeConfig())}
+    for name in layouts:
+        fn, splits = fns[name]()
         for _ in range(warmup + repeats):
             fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        print(f"launched {layout}: B={b} Lp={length}, {warmup} warm-up + {repeats} launches", flush=True)
+        print(f"launched {name}: B={b} Lp={length} max_splits={splits}, {warmup} warm-up + {repeats} launches",
+              flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -218,7 +264,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--target", default=None,
                     help="python module (and its arguments) that launches the kernels at the Table 5 shape "
                          "(default: this module's --launch-table5)")
-    ap.add_argument("--layouts", nargs="+", default=list(LAYOUT_KERNELS), choices=list(LAYOUT_KERNELS))
+    ap.add_argument("--layouts", nargs="+", default=list(CAPTURES), choices=list(CAPTURES),
+                    help="captures to run (default: all): shared and unique = prefix_dense on either layout "
+                         "(Table 23's columns), unique-decode = decode_paged on the unique layout (its extra rows)")
     ap.add_argument("--launch-skip", type=int, default=None,
                     help="matching launches to skip (default: --warmup with the default target, else 0)")
     ap.add_argument("--launch-count", type=int, default=3)
@@ -241,11 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     records: list[dict] = []
     try:
-        for layout in args.layouts:
-            target = args.target or (f"harness.ncu --launch-table5 --layouts {layout} --warmup {args.warmup} "
+        for name in args.layouts:
+            target = args.target or (f"harness.ncu --launch-table5 --layouts {name} --warmup {args.warmup} "
                                      f"--launch-count {args.launch_count}")
-            records += capture(target, layout, LAYOUT_KERNELS[layout], shape, workdir, skip, args.launch_count,
-                               args.ncu)
+            records += capture(target, name, CAPTURES[name], shape, workdir, skip, args.launch_count, args.ncu)
     except NcuError as e:
         print(f"ncu capture failed: {e}", file=sys.stderr)
         return 2

@@ -2,8 +2,10 @@
 
 - `roofline.png` (Figure 1): every record of `microbench/kernels.json` placed at arithmetic
   intensity = FLOPs / bytes (from the record's `TFLOPs` and `GBps`, i.e. the minimum work and
-  traffic of the op) against achieved TFLOP/s, and the layouts of `microbench/ncu.json` at
-  their *measured* DRAM bytes (useful_flops / dram_bytes_read, useful_flops / wall_us); roofs
+  traffic of the op) against achieved TFLOP/s (one point set per op/layout: prefix_dense on
+  shared and unique is the paper's pair), and the captures of `microbench/ncu.json` (per
+  op/layout) at their *measured* DRAM bytes (useful_flops / dram_bytes_read, useful_flops /
+  wall_us); roofs
   from `conf/hardware/<hw>.yaml` (`peak_bf16_tflops`, `hbm_read_tbps`) when present, else from
   the CLI arguments; the paper's A100 roof and two measured points (Table 23) for reference.
 - `lp_ladder.png`: output throughput against Lp at B=256 per system, one panel per
@@ -158,13 +160,19 @@ def _kernel_points(results: ResultSet) -> list[Point]:
 
 
 def _ncu_points(results: ResultSet) -> list[Point]:
-    """Per layout of ncu.json: intensity from *measured* DRAM bytes, as the paper's Figure 1."""
+    """Per op/layout of ncu.json: intensity from *measured* DRAM bytes, as the paper's Figure 1 (a
+    record without `op` counts as its kernel's op, `harness.ncu.op_of`)."""
+    from harness.ncu import op_of
+
     recs = results.microbench.get("ncu")
     need = {"layout", "dram_bytes_read", "useful_flops", "wall_us"}
     if recs is None or not len(recs) or not need <= set(recs.columns):
         return []
+    ops = recs.apply(lambda r: op_of({k: r[k] for k in ("op", "kernel") if k in r.index and isinstance(r[k], str)}),
+                     axis=1)
+    labels = [f"{op}/{layout}" if op else str(layout) for op, layout in zip(ops, recs["layout"])]
     out = []
-    for layout, g in recs.groupby("layout"):
+    for layout, g in recs.groupby(pd.Series(labels, index=recs.index)):
         flops = pd.to_numeric(g["useful_flops"], errors="coerce")
         dram = pd.to_numeric(g["dram_bytes_read"], errors="coerce")
         wall = pd.to_numeric(g["wall_us"], errors="coerce")

@@ -176,7 +176,9 @@ def validate_microbench(doc: Any, path: Path | str = "<memory>") -> None:
 def load_microbench(results_dir: Path | str, name: str) -> pd.DataFrame | None:
     """Records of `results/<hardware>/microbench/<name>.json`, or None when the file is absent.
 
-    The file's env is flattened into `env.*` columns of every record.
+    The file's env is flattened into `env.*` columns of every record; a record with an `env` of its
+    own (re-measured by a later run merged into the file, e.g. the kernels microbench's
+    `--stage table5 --merge-into`) keeps its own.
     """
     path = Path(results_dir) / MICROBENCH_DIR / f"{name}.json"
     if not path.exists():
@@ -186,8 +188,11 @@ def load_microbench(results_dir: Path | str, name: str) -> pd.DataFrame | None:
     rows = []
     for rec in doc["records"]:
         row: dict[str, Any] = {}
-        _flatten("", rec, row)
         _flatten("env", doc["env"], row)
+        own_env = rec.get("env")
+        if own_env is not None and isinstance(own_env, Mapping):
+            row = {k: v for k, v in row.items() if not k.startswith("env.")}
+        _flatten("", rec, row)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.paper import PaperColumn, paper_table
 from harness.results import ResultSet
-from harness.table_extract import EXTRACTORS, grid_rows
+from harness.table_extract import EXTRACTORS, ours_rows
 from harness.table_queries import MIXED, is_number
 from harness.table_specs import TABLE_NUMBERS, TABLE_SPECS
 
@@ -89,7 +89,7 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
     paper = paper_table(number)
     key_cols = tuple(paper.column(k) for k in spec.keys)
     value_cols = tuple(c for c in paper.columns if c.name not in spec.keys)
-    extra = grid_rows(spec, paper, results) if spec.grid else []
+    extra = ours_rows(spec, paper, results)
     rows = []
     for prow, ours_only in [(r, False) for r in paper.rows] + [(r, True) for r in extra]:
         with results.recording() as sources:
@@ -109,9 +109,9 @@ def build_table(number: int, results: ResultSet) -> ComparedTable:
         rows.append(ComparedRow(keys=tuple(prow.get(k) for k in spec.keys), cells=tuple(cells),
                                 ours_only=ours_only, sources=frozenset(sources),
                                 mixed_sources=frozenset(mixed_sources)))
-    if extra:
-        # ours-only rows go where they belong when the paper prints its rows in key order (the
-        # grids do), else after the paper's rows
+    if extra and spec.grid:
+        # a grid's ours-only rows go where they belong when the paper prints its rows in key order
+        # (the grids do), else after the paper's rows; other tables' extra rows follow the paper's
         order = [tuple(float(k) for k in r.keys) for r in rows[:len(paper.rows)]]
         if order == sorted(order):
             rows.sort(key=lambda r: tuple(float(k) for k in r.keys))

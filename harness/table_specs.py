@@ -78,13 +78,17 @@ _SPECS: tuple[TableSpec, ...] = (
     TableSpec(4, ("system",), ("table4", "table21"), "throughput over paged's, heterogeneous multi-prefix",
               "Heterogeneous multi-prefix, `config.k` in {4, 8}, B=256; output throughput of each system over "
               "paged's."),
-    TableSpec(5, ("storage",), (), "microbench/kernels.json: prefix_dense/shared vs decode_paged/unique",
+    TableSpec(5, ("storage",), (), "microbench/kernels.json: prefix_dense on shared vs unique (+ decode_paged/unique, "
+              "ours)",
               "Microbench file `kernels.json`, records `{op, layout, B, Lp, Hq, Hkv, d, dtype, us, GBps, "
               "TFLOPs}` at B=256, Lp=8192, Llama head (Hq=32, Hkv=8, d=128 when given; records with "
-              "`\"table5\": true` preferred): \"shared (HOT)\" = op `prefix_dense` layout `shared`, \"unique "
-              "(paged)\" = op `decode_paged` layout `unique` (the paged system's decode over per-request pages; "
-              "the paper ran its dense kernel on both storages). Wall = median `us`, effective traffic = `GBps` "
-              "(minimum bytes / time), speedup = unique us / this row's us."),
+              "`\"table5\": true` preferred). The paper's rows are one kernel on two storages: \"shared (HOT)\" = op "
+              "`prefix_dense` layout `shared` (one class of B requests over the HOT slab), \"unique (paged)\" = op "
+              "`prefix_dense` layout `unique` (same config, B one-request classes, each over its own contiguous "
+              "copy of the prefix). Wall = median `us`, effective traffic = `GBps` (minimum bytes / time), "
+              "speedup = the unique row's us / this row's us; a row whose record is missing is missing (no other "
+              "kernel stands in). Extra row (ours, `*`): our paged system's decode kernel, op `decode_paged` "
+              "layout `unique` (per-request pages), its speedup = its us / the shared row's us."),
     *(_grid(n) for n in (6, 7, 8, 9, 10, 11)),
     TableSpec(12, ("config",), ("table12", "table9", "table10", "table11"), "GraniKV output throughput",
               "GraniKV tok/s at Lp=16K for B in {256, 512, 1024} and the B with the highest throughput (only "
@@ -125,15 +129,21 @@ _SPECS: tuple[TableSpec, ...] = (
               "Amdahl: the paged cell at Lp=16K, B=256 with a `profile` section; α = prefix_attention_ms / "
               "decode_wall_ms (paged has no prefix kernel: its decode_attention_ms × Lp / mean context, the "
               "context being prompt + half the output from the cell's metrics), β = nccl_ms / decode_wall_ms, "
-              "γ = host_gap_ms / decode_wall_ms. s is *our* Table 5 speedup (the column keeps the paper's label "
+              "γ = host_gap_ms / decode_wall_ms. s is *our* Table 5 speedup, its main rows' (prefix_dense unique "
+              "us / prefix_dense shared us; none without both records; the column keeps the paper's label "
               "\"s=15.6\"); S(s) = 1/((1−α′) + α′/s) with α′ = α/(1−γ) (the kernel-time share, as the paper's "
               "numbers imply); S(+β,γ) = 1/((1−α−β−γ) + α/s + β + γ); measured = GKV/SGL output throughput "
               "from the first of `sweeps` holding both; s_eff solves measured = 1/((1−α) + α/s_eff)."),
     TableSpec(23, ("metric", "shared_HOT_unit", "unique_paged_unit"), (), "microbench/ncu.json",
-              "ncu: microbench file `ncu.json`, one record per `layout` in {\"shared\", \"unique\"} with "
-              "`{layout, B, Lp, dram_bytes_read, byte_model_bytes, l2_hit_rate_pct, tensor_pipe_active_pct, "
-              "waves_per_sm, wall_us, useful_flops}` (per launch); derived: excess over byte model %, useful "
-              "TF/s, DRAM GB/s, FLOP/byte; shown in the paper's units.", qualitative=("remark",)),
+              "ncu: microbench file `ncu.json`, records (one per captured launch, averaged) with "
+              "`{op, layout, B, Lp, kernel, dram_bytes_read, byte_model_bytes, l2_hit_rate_pct, "
+              "tensor_pipe_active_pct, waves_per_sm, wall_us, useful_flops}`; a record without `op` counts as "
+              "the op of its `kernel` (`_prefix_kernel` = prefix_dense, `_decode_kernel` = decode_paged). "
+              "Columns, one kernel on two layouts as in the paper: shared (HOT) = op `prefix_dense` layout "
+              "`shared`, unique (paged) = op `prefix_dense` layout `unique`. Derived: excess over byte model %, "
+              "useful TF/s, DRAM GB/s, FLOP/byte; shown in the paper's units. Extra rows (ours, `*`), one per "
+              "metric: op `decode_paged` layout `unique` (our paged decode kernel) in the unique column.",
+              qualitative=("remark",)),
     TableSpec(24, ("system", "fp"), ("table24",), "granikv cells by config.hot_fraction + cascade",
               "Granikv cells at Lp=8K, B=256 by `config.hot_fraction`, and the cascade cell; † (ours) = the "
               "granikv cell reported `engine.hot_fallbacks > 0`.", no_ratio=("dagger",)),

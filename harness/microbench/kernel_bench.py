@@ -11,11 +11,16 @@ them): a token's K+V for one layer is kv_tok = 2 * H_kv * d * 2 B = 4 KiB.
   layout "paged-shared" (every request points at the same prefix pages): L * kv_tok minimum,
   but B * L * kv_tok logically read (kv_GBps), mostly from L2.
 - prefix passes on the shared slab: L * kv_tok + q + o. FLOPs 4 * B * Hq * L * d.
+- prefix_dense, layout "unique" (the paper's Table 5 "unique (paged)" row): the same kernel and
+  tile shape over B one-request classes, each reading its own contiguous copy of the prefix:
+  B * L * kv_tok + q + o; FLOPs as above.
 - extend: FLOPs 4 * Hq * d * sum over new tokens of the keys each sees; bytes = each
   request's K/V once + q + o.
-Layouts: "unique" gives every request its own 16-slot pages drawn at random from a 34 GB slot
-space (no two requests share a byte, so L2 cannot flatter it); "shared" is the HOT slab
-[base, base + L); "paged-shared" is one random page list that every request's row repeats.
+Layouts: "unique" gives every request its own K/V (no two requests share a byte, so L2 cannot
+flatter it): for decode_paged its own 16-slot pages drawn at random from a 34 GB slot space, for
+the prefix passes its own slab [base_r, base_r + L), the B slabs back to back in that space;
+"shared" is the HOT slab [base, base + L); "paged-shared" is one random page list that every
+request's row repeats.
 """
 
 from __future__ import annotations
@@ -84,11 +89,11 @@ SMOKE = KernelBenchPlan(
 class Bench:
     """One benchmark run: the slot space, the records, and the op closures."""
 
-    def __init__(self, plan: KernelBenchPlan, smoke: bool):
+    def __init__(self, plan: KernelBenchPlan, smoke: bool, dtype: torch.dtype | None = None):
         self.plan = plan
         self.smoke = smoke
         self.dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = torch.float32 if smoke else torch.bfloat16
+        self.dtype = dtype or (torch.float32 if smoke else torch.bfloat16)
         self.elt = torch.finfo(self.dtype).bits // 8
         self.gen = torch.Generator(device=self.dev).manual_seed(0)
         self.records: list[dict] = []
@@ -97,7 +102,9 @@ class Bench:
         p = plan
         self.max_lp = max(max(p.lps), p.ext_prefix + p.ext_new)
         self.slab_base = 1
-        unique_tokens = max(max(p.batches) * max(p.lps), p.ext_n * (p.ext_prefix + p.ext_new))
+        unique_tokens = max(
+            max(p.batches) * max(p.lps), p.ext_n * (p.ext_prefix + p.ext_new), p.headline_b * p.headline_lp
+        )
         self.unique_first_page = -(-(1 + self.max_lp) // p.page)
         self.unique_pages = -(-unique_tokens // p.page) + 8
         num_slots = (self.unique_first_page + self.unique_pages) * p.page
@@ -116,6 +123,15 @@ class Bench:
         pages = (self.unique_first_page + perm).view(b, npg, 1) * p.page
         slots = pages + torch.arange(p.page, device=self.dev).view(1, 1, -1)
         return slots.view(b, npg * p.page)[:, :length].to(torch.int32).contiguous()
+
+    def unique_slab_bases(self, b: int, length: int) -> list[int]:
+        """B private contiguous slabs of `length` slots, back to back in the unique region (which
+        holds max(B) x max(Lp) tokens, the headline B x Lp included): request r's copy of the
+        prefix is [base_r, base_r + length)."""
+        first = self.unique_first_page * self.plan.page
+        if b * length > self.unique_pages * self.plan.page:
+            raise ValueError(f"{b} private slabs of {length} slots do not fit the slot space")
+        return [first + r * length for r in range(b)]
 
     def shared_table(self, b: int, length: int) -> torch.Tensor:
         """One random page list (the shared prefix pages), repeated in every request's row."""
@@ -160,10 +176,20 @@ class Bench:
 
         return fn, ms
 
-    def prefix_fn(self, op: str, q, length: int, cfg: PrefixConfig | None, table=None, max_splits=None):
+    def prefix_fn(
+        self, op: str, q, length: int, cfg: PrefixConfig | None, table=None, max_splits=None, slab_bases=None
+    ):
+        """The prefix pass `op` over one class of all B requests reading the shared slab (or the
+        page list `table`), or, with `slab_bases`, over B one-request classes, request r reading
+        its own slab at slab_bases[r] (the unique layout). max_splits None: the kernel's own
+        rule (`prefix_max_splits`) for that class list. Returns (fn, max_splits used)."""
         b, hq, d = q.shape
         g = hq // self.plan.hkv
-        if table is None:
+        if slab_bases is not None:
+            if table is not None or len(slab_bases) != b:
+                raise ValueError("slab_bases: one base per request, and no page table")
+            classes = PrefixClasses.from_lists([[r] for r in range(b)], [length] * b, self.dev, slab_base=slab_bases)
+        elif table is None:
             classes = PrefixClasses.from_lists(
                 [list(range(b))], [length], self.dev, slab_base=[self.slab_base]
             )

@@ -12,15 +12,20 @@ from pathlib import Path
 from harness.microbench.kernel_bench import Bench
 
 
-def print_table(bn: Bench, summary: dict) -> None:
+def print_table5(bn: Bench) -> None:
     print(f"\n== Table 5 analog (B={bn.plan.headline_b}, Lp={bn.plan.headline_lp}, g=4) ==")
-    print(f"{'op':22s} {'layout':13s} {'us':>9s} {'KV GB/s':>9s} {'TFLOP/s':>8s}")
+    print(f"{'op':22s} {'layout':13s} {'splits':>6s} {'us':>9s} {'KV GB/s':>9s} {'TFLOP/s':>8s}")
     for r in bn.records:
-        if r.get("table5") or (r["op"].startswith("sdpa") and r["B"] == bn.plan.headline_b):
+        if (r.get("table5") or r.get("table5_split_variant")
+                or (r["op"].startswith("sdpa") and r["B"] == bn.plan.headline_b)):
             print(
-                f"{r['op']:22s} {r['layout']:13s} {r['us']:9.1f} {r.get('kv_GBps', r['GBps']):9.0f} "
-                f"{r['TFLOPs']:8.1f}"
+                f"{r['op']:22s} {r['layout']:13s} {r.get('max_splits', ''):>6} {r['us']:9.1f} "
+                f"{r.get('kv_GBps', r['GBps']):9.0f} {r['TFLOPs']:8.1f}"
             )
+
+
+def print_table(bn: Bench, summary: dict) -> None:
+    print_table5(bn)
     print("\n== sweep (us per launch) ==")
     for g in bn.plan.gs:
         for length in bn.plan.lps:
@@ -70,6 +75,13 @@ def render_notes(result: dict) -> str:
         f"git {str(env.get('git_sha'))[:7]}, {env.get('started_at')}; "
         f"file `results/h200/microbench/kernels.json`."
     )
+    for st in result.get("stages", []):
+        e = st.get("env", {})
+        out.append(
+            f"Its {st.get('records')} Table 5 records (those of the Table 5 analog below) are from a later "
+            f"`--stage {st.get('stage')}` run merged in: {e.get('gpu')}, git {str(e.get('git_sha'))[:7]}, "
+            f"{e.get('started_at')}, configs from `{st.get('configs_from')}`."
+        )
     out += ["", "Ceilings measured in the same run:", "", "| ceiling | value |", "|---|---|"]
     out += [f"| {k} | {v} |" for k, v in ceil.items()]
     cudnn = max((r.get("kv_GBps", 0) for r in recs if r["op"] == "sdpa_decode_cudnn"), default=0)
@@ -115,6 +127,7 @@ def render_notes(result: dict) -> str:
         pick("decode_paged", "unique", 256, 8192, table5=True),
         pick("decode_paged", "paged-shared", 256, 8192, table5=True),
         pick("prefix_dense", "shared", 256, 8192, table5=True),
+        pick("prefix_dense", "unique", 256, 8192, table5=True),
         pick("prefix_cascade", "shared", 256, 8192, table5=True),
         pick("prefix_cascade", "paged-shared", 256, 8192, table5=True),
         pick("prefix_dense_cublas", "shared", 256, 8192, table5=True),
@@ -136,20 +149,29 @@ def render_notes(result: dict) -> str:
             f"{fl:.1f} | {bound} | {r['us']:.1f} | {fl / r['us']:.2f} |"
         )
     base = pick("decode_paged", "unique", 256, 8192, table5=True)
+    dense_u = pick("prefix_dense", "unique", 256, 8192, table5=True)
     out += [
         "",
-        "Table 5 analog (B=256, Lp=8K, Llama-3.1-8B head; KV GB/s = logical K/V bytes / time):",
+        "Table 5 analog (B=256, Lp=8K, Llama-3.1-8B head; KV GB/s = logical K/V bytes / time; the paper's "
+        "pair is prefix_dense on shared and on unique, one config; splits = split-K count of the launch):",
         "",
-        "| op | layout | us | KV GB/s | TFLOP/s | speedup vs decode_paged unique |",
-        "|---|---|---|---|---|---|",
+        "| op | layout | splits | us | KV GB/s | TFLOP/s | speedup vs prefix_dense unique | "
+        "speedup vs decode_paged unique |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in recs:
-        if r.get("table5") or (r["op"].startswith("sdpa") and r["B"] == 256 and r["Lp"] == 8192):
+        if (
+            r.get("table5")
+            or r.get("table5_split_variant")
+            or (r["op"].startswith("sdpa") and r["B"] == 256 and r["Lp"] == 8192)
+        ):
             sp = f"{base['us'] / r['us']:.2f}" if base else ""
+            spd = f"{dense_u['us'] / r['us']:.2f}" if dense_u else ""
             form = f" ({r['form']})" if r.get("form") else ""
+            form += " (split variant, not table5)" if r.get("table5_split_variant") else ""
             out.append(
-                f"| {r['op']}{form} | {r['layout']} | {r['us']:.1f} | {r.get('kv_GBps', r['GBps']):.0f} | "
-                f"{r['TFLOPs']:.1f} | {sp} |"
+                f"| {r['op']}{form} | {r['layout']} | {r.get('max_splits', '')} | {r['us']:.1f} | "
+                f"{r.get('kv_GBps', r['GBps']):.0f} | {r['TFLOPs']:.1f} | {spd} | {sp} |"
             )
     for g in sorted({r["g"] for r in recs if r.get("sweep")}):
         out += [

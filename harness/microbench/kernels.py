@@ -4,6 +4,8 @@ B x Lp sweep, the M_sat fit, and the bars of the kernels issue, in one run.
     python -m harness.microbench.kernels --out $OUT/kernels.json --hardware-yaml conf/hardware/h200.yaml
     TRITON_INTERPRET=1 python -m harness.microbench.kernels --smoke   # tiny shapes, CPU interpreter: the script runs
     python -m harness.microbench.kernels --notes RESULT_JSON [--notes-into docs/FILE.md]
+    python -m harness.microbench.kernels --stage table5 --merge-into results/h200/microbench/kernels.json \
+        [--out FILE]    # only the Table 5 records, with that run's configs, merged into it
 
 The bench itself (shapes, byte and FLOP models, layouts) is `kernel_bench`; the tuning
 `kernel_tune`; the M_sat fit `m_sat`; the console and Markdown report `kernel_report`. This
@@ -27,10 +29,11 @@ from granikv.kernels import (
     DENSE_CONFIG,
     DecodeConfig,
     ExtendConfig,
+    PrefixConfig,
 )
 from harness.microbench._timing import bench, env_info
-from harness.microbench.kernel_bench import FULL, SMOKE, Bench, extend_setup
-from harness.microbench.kernel_report import print_table, write_notes
+from harness.microbench.kernel_bench import FULL, SMOKE, Bench, KernelBenchPlan, extend_setup
+from harness.microbench.kernel_report import print_table, print_table5, write_notes
 from harness.microbench.kernel_tune import tune
 from harness.microbench.m_sat import fit_m_sat, write_hardware_yaml
 
@@ -167,6 +170,7 @@ def table5(bn: Bench, best: dict) -> None:
             kv_GBps=round(kv_all / t.us / 1e3, 1),
         )
     slab = lambda r: torch.arange(bn.slab_base, bn.slab_base + length, device=bn.dev)  # noqa: E731
+    shared_splits = None
     for op, layout, cfg, table, ms in (
         ("prefix_dense", "shared", best["dense"], None, best.get("dense_splits")),
         ("prefix_dense_cublas", "shared", None, None, None),
@@ -174,6 +178,8 @@ def table5(bn: Bench, best: dict) -> None:
         ("prefix_cascade", "paged-shared", best["cascade"], ts, None),
     ):
         fn, used = bn.prefix_fn(op, q, length, cfg, table=table, max_splits=ms)
+        if op == "prefix_dense":
+            shared_splits = used
         o, lse = fn()
         bn.check_rows(
             f"{op}/{layout}", o, lse, q, (lambda r: ts[0]) if table is not None else slab, [0, b - 1]
@@ -193,6 +199,50 @@ def table5(bn: Bench, best: dict) -> None:
                 max_splits=used,
                 kv_GBps=round(kv_all / t.us / 1e3, 1),
             )
+    dense_unique(bn, best, q, length, shared_splits)
+
+
+def dense_unique(bn: Bench, best: dict, q, length: int, shared_splits: int | None) -> None:
+    """The paper's Table 5 "unique (paged)" row: the dense prefix kernel with the shared record's
+    config (tile shape) over B one-request classes, request r reading its own contiguous copy of
+    the prefix (B slabs back to back: every K/V byte read once, B * Lp * kv_tok in all).
+
+    Split-K: the config is the same, but the split count is the kernel's own rule
+    (`prefix_max_splits`) for this class list, as the engine would launch it: B one-request
+    classes give B x H_kv programs per split (2048 at the headline, one M tile per class, g of its
+    BLOCK_M rows used), so the rule picks 1 where the shared launch (B*g/BLOCK_M = 8 M tiles x
+    H_kv = 64 programs per split) is tuned to 2. When the two differ the record
+    says so, and the launch at the shared record's split count is timed beside it (its record is
+    not flagged table5)."""
+    b, _, _ = q.shape
+    g = q.shape[1] // bn.plan.hkv
+    bases = bn.unique_slab_bases(b, length)
+    kv_all = b * length * bn.kv_tok
+    io = bn.io_bytes(b, g)
+    fl = bn.attn_flops(b, g, length)
+    own = lambda r: torch.arange(bases[r], bases[r] + length, device=bn.dev)  # noqa: E731
+    fn, used = bn.prefix_fn("prefix_dense", q, length, best["dense"], slab_bases=bases)
+    o, lse = fn()
+    bn.check_rows("prefix_dense/unique", o, lse, q, own, sorted({0, b // 2, b - 1}))
+    note = (
+        f"same config (tile shape) as prefix_dense/shared; split count from prefix_max_splits for {b} "
+        f"one-request classes: {used}"
+        + (f" (the shared record's class of {b} requests runs {shared_splits})" if used != shared_splits else "")
+    )
+    t = bn.time(fn)
+    if t:
+        bn.record("prefix_dense", "unique", b, length, g, t, kv_all + io, fl, table5=True, max_splits=used,
+                  shared_max_splits=shared_splits, split_note=note, kv_GBps=round(kv_all / t.us / 1e3, 1))
+    if shared_splits and shared_splits != used:
+        fn, used2 = bn.prefix_fn("prefix_dense", q, length, best["dense"], slab_bases=bases, max_splits=shared_splits)
+        o, lse = fn()
+        bn.check_rows(f"prefix_dense/unique splits={used2}", o, lse, q, own, [0, b - 1])
+        t = bn.time(fn)
+        if t:
+            bn.record("prefix_dense", "unique", b, length, g, t, kv_all + io, fl, table5_split_variant=True,
+                      max_splits=used2, shared_max_splits=shared_splits,
+                      split_note="the shared record's split count forced on the unique class list",
+                      kv_GBps=round(kv_all / t.us / 1e3, 1))
 
 
 def sweep(bn: Bench, best: dict) -> None:
@@ -234,9 +284,8 @@ def sweep(bn: Bench, best: dict) -> None:
                 print(f"  g={g} Lp={length} B={b}: {line}", flush=True)
 
 
-def bars(bn: Bench, sdpa: dict, ceil: dict) -> dict:
-    p = bn.plan
-    recs = bn.records
+def bars(recs: list[dict], p: KernelBenchPlan, sdpa: dict, ceil: dict) -> dict:
+    """The kernels issue's bars from a run's records (`sdpa`: best K/V GB/s per SDPA backend)."""
 
     def find(op, layout, b, length, g=4, **kw):
         xs = [
@@ -285,6 +334,85 @@ def bars(bn: Bench, sdpa: dict, ceil: dict) -> dict:
 
 
 
+# ---- the table5 stage: Table 5's records alone, merged into a whole-run result ------------------
+def configs_of(result: dict) -> dict:
+    """The launch configs (`best` of `tune`) a result file ran with: its summary.best_configs."""
+    bc = result.get("summary", {}).get("best_configs")
+    if not bc:
+        raise ValueError("the result has no summary.best_configs (not a whole run)")
+    best: dict = {"decode": DecodeConfig(**bc["decode"]), "dense": PrefixConfig(**bc["dense"]),
+                  "cascade": PrefixConfig(**bc["cascade"])}
+    if "extend" in bc:
+        best["extend"] = ExtendConfig(**bc["extend"])
+    for k in ("decode_splits", "dense_splits"):
+        if bc.get(k) is not None:
+            best[k] = bc[k]
+    return best
+
+
+def is_table5_record(r: dict) -> bool:
+    """A record `table5()` writes (the Table 5 set, and the split variant of prefix_dense/unique)."""
+    return bool(r.get("table5") or r.get("table5_split_variant"))
+
+
+def merge_table5(result: dict, records: list[dict], checks: list[dict], env: dict, configs_from: str,
+                 plan: KernelBenchPlan) -> dict:
+    """`result` (a whole run) with its Table 5 records replaced by `records` (one `table5()` run, so
+    every ratio between them is within one run), each carrying that run's `env` (which
+    harness.results prefers to the file's); the checks of the same ops replaced; the bars
+    recomputed from the merged records; the run listed under `stages`. Other records untouched."""
+    out = dict(result)
+    old = [r for r in result["records"] if is_table5_record(r)]
+    out["records"] = [r for r in result["records"] if not is_table5_record(r)] + [{**r, "env": env} for r in records]
+    names = {c["op"] for c in checks}
+    out["checks"] = [c for c in result.get("checks", []) if c["op"] not in names] + [
+        {**c, "stage": "table5"} for c in checks
+    ]
+    out["stages"] = [*result.get("stages", []), {"stage": "table5", "env": env, "configs_from": configs_from,
+                                                 "records": len(records), "replaced": len(old)}]
+    if "summary" in result:
+        sdpa: dict[str, float] = {}
+        for r in out["records"]:
+            if r["op"].startswith("sdpa_decode_") and r.get("kv_GBps"):
+                name = r["op"].removeprefix("sdpa_decode_")
+                sdpa[name] = max(sdpa.get(name, 0.0), r["kv_GBps"])
+        out["summary"] = {**result["summary"], "bars": bars(out["records"], plan, sdpa, result["ceilings"])}
+    return out
+
+
+def table5_stage(plan: KernelBenchPlan, smoke: bool, out: str | None, configs_from: str | None,
+                 merge_into: str | None) -> int:
+    """Measure `table5()` alone: with the configs of `configs_from` (or `merge_into`), else tuned
+    here; written into `merge_into` (see `merge_table5`) at `out`, or as a file of its own."""
+    t0 = time.time()
+    target = json.loads(Path(merge_into).read_text()) if merge_into else None
+    source = configs_from or merge_into
+    bn = Bench(plan, smoke)
+    env = env_info()
+    if source:
+        best = configs_of(target if source == merge_into else json.loads(Path(source).read_text()))
+    else:
+        best = tune(bn)
+        source = "tuned in this run"
+    configs = {k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in best.items()}
+    print(f"configs ({source}): {configs}")
+    table5(bn, best)
+    if target is not None:
+        doc = merge_table5(target, bn.records, bn.checks, env, source, plan)
+    else:
+        doc = {"env": env, "stage": "table5", "configs_from": source, "best_configs": configs, "checks": bn.checks,
+               "tuning": bn.tuning, "records": bn.records}
+    out_path = Path(out or merge_into or ("/tmp/kernels-table5-smoke.json" if smoke else "/tmp/kernels-table5.json"))
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(doc, indent=1) + "\n")
+    print_table5(bn)
+    for c in bn.checks:
+        print(f"{c['op']:34s} rel_err={c['rel_err']:.2e} {'ok' if c['ok'] else 'FAIL'}")
+    merged = f" (merged into {merge_into})" if merge_into else ""
+    print(f"\nwrote {out_path}{merged}: {len(bn.records)} Table 5 records in {time.time() - t0:.0f} s")
+    return 0 if all(c["ok"] for c in bn.checks) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=None, help="result JSON (default results/h200/microbench/kernels.json)")
@@ -296,6 +424,19 @@ def main(argv: list[str] | None = None) -> int:
         "(docs/generated/kernels.md)"
     )
     ap.add_argument("--notes-into", default=None, help="replace the generated block of this markdown file")
+    ap.add_argument(
+        "--stage", choices=("all", "table5"), default="all", help="all: the whole run; table5: only the "
+        "Table 5 records (no ceilings, SDPA, extend, sweep or M_sat fit)"
+    )
+    ap.add_argument(
+        "--configs-from", default=None, metavar="RESULT_JSON", help="(--stage table5) launch configs from "
+        "this result's summary.best_configs instead of tuning (default: the --merge-into file's)"
+    )
+    ap.add_argument(
+        "--merge-into", default=None, metavar="RESULT_JSON", help="(--stage table5) a whole-run result: "
+        "replace its Table 5 records and their checks with this run's, keep every other record, recompute "
+        "its bars, and write it to --out (default: in place)"
+    )
     args = ap.parse_args(argv)
     if args.notes:
         write_notes(args.notes, args.notes_into)
@@ -309,6 +450,10 @@ def main(argv: list[str] | None = None) -> int:
               "TRITON_INTERPRET=1 python -m harness.microbench.kernels --smoke", file=sys.stderr)
         return 2
     plan = SMOKE if smoke else FULL
+    if args.stage == "table5":
+        return table5_stage(plan, smoke, args.out, args.configs_from, args.merge_into)
+    if args.configs_from or args.merge_into:
+        ap.error("--configs-from and --merge-into go with --stage table5")
     out_path = Path(
         args.out or ("/tmp/kernels-smoke.json" if smoke else "results/h200/microbench/kernels.json")
     )
@@ -351,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep(bn, best)
     fit = fit_m_sat(bn.records, plan.gs, plan.lps, plan.batches)
     summary = {
-        "bars": bars(bn, sdpa, ceil),
+        "bars": bars(bn.records, plan, sdpa, ceil),
         "m_sat": fit,
         "best_configs": {
             k: (asdict(v) if hasattr(v, "__dataclass_fields__") else v) for k, v in best.items()

@@ -75,52 +75,72 @@ def test_cli_says_clearly_when_ncu_is_missing(tmp_path, capsys):
 
 
 def test_records_feed_table23(tmp_path):
-    """The records this module writes are what harness.tables reads for Table 23."""
+    """The records this module writes are what harness.tables reads for Table 23: the dense kernel's
+    captures fill the paper's two columns, the paged decode's only its own extra rows."""
     from harness.results import load_results
     from harness.table_compare import build_table
 
     shape = ncu.Shape()
     recs = []
-    for layout, fixture in (("shared", "ncu_raw.csv"), ("unique", "ncu_details.csv")):
-        recs += ncu.to_records(ncu.parse_csv((FIX / fixture).read_text()), layout, shape.useful_flops(),
-                               shape.byte_model(layout), B=shape.b, Lp=shape.lp)
+    for name, fixture in (("shared", "ncu_raw.csv"), ("unique", "ncu_raw.csv"), ("unique-decode", "ncu_details.csv")):
+        what = ncu.CAPTURES[name]
+        recs += ncu.to_records(ncu.parse_csv((FIX / fixture).read_text()), what.layout, shape.useful_flops(),
+                               shape.byte_model(what.layout), op=what.op, capture=name, B=shape.b, Lp=shape.lp)
     path = tmp_path / "h" / "microbench" / "ncu.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"env": {}, "records": recs}))
     table = build_table(23, load_results(tmp_path / "h"))
     cols = [c.name for c in table.value_columns]
-    dram = next(r for r in table.rows if str(r.keys[0]).startswith("DRAM bytes"))
+    dram = next(r for r in table.rows if str(r.keys[0]) == "DRAM bytes read / launch")
     shared = dram.cells[cols.index("shared_HOT")].ours
     assert shared == pytest.approx((36_175_872 + 35_913_728) / 2 / 1e6)  # MB, mean of the two launches
-    assert table.filled >= 8
+    assert dram.cells[cols.index("unique_paged")].ours == pytest.approx((36_175_872 + 35_913_728) / 2 / 1e9)  # GB
+    decode = next(r for r in table.rows if str(r.keys[0]).startswith("DRAM bytes") and r.ours_only)
+    assert decode.cells[cols.index("unique_paged")].ours == pytest.approx(8.71)
+    assert decode.cells[cols.index("shared_HOT")].ours is None
+    assert table.filled >= 16
 
 
-def test_default_target_launches_both_layouts(capsys):
+def test_op_of_a_record_without_op_comes_from_its_kernel():
+    assert ncu.op_of({"op": "prefix_dense", "kernel": "_decode_kernel"}) == "prefix_dense"
+    assert ncu.op_of({"kernel": "_decode_kernel"}) == "decode_paged"
+    assert ncu.op_of({"kernel": "_prefix_kernel"}) == "prefix_dense"
+    assert ncu.op_of({"layout": "unique"}) is None
+
+
+def test_default_target_launches_every_capture(capsys):
     """The capture target runs (smoke shapes under the Triton interpreter on CPU)."""
     assert ncu.main(["--launch-table5", "--smoke", "--warmup", "1", "--launch-count", "1"]) == 0
     out = capsys.readouterr().out
-    assert "launched shared" in out and "launched unique" in out
+    assert "launched shared" in out and "launched unique:" in out and "launched unique-decode" in out
 
 
 def test_capture_skips_warmup_launches_of_the_default_target(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_capture(target, layout, regex, shape, workdir, skip, count, exe):
-        seen[layout] = (target, regex, skip, count)
-        return ncu.to_records([], layout, 1.0, 1.0)
+    def fake_capture(target, name, what, shape, workdir, skip, count, exe):
+        seen[name] = (target, what.kernel_regex, skip, count)
+        return ncu.to_records([], what.layout, 1.0, 1.0, op=what.op)
 
     monkeypatch.setattr(ncu, "capture", fake_capture)
     assert ncu.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "n.json"), "--warmup", "2"]) == 0
     assert seen["shared"] == ("harness.ncu --launch-table5 --layouts shared --warmup 2 --launch-count 3",
                               "^_prefix_kernel$", 2, 3)
-    assert seen["unique"][1:] == ("^_decode_kernel$", 2, 3)
+    # the paper's unique column: the same kernel as shared, captured with the same regex
+    assert seen["unique"] == ("harness.ncu --launch-table5 --layouts unique --warmup 2 --launch-count 3",
+                              "^_prefix_kernel$", 2, 3)
+    assert seen["unique-decode"][1:] == ("^_decode_kernel$", 2, 3)
     assert json.loads((tmp_path / "n.json").read_text())["records"] == []
 
 
-def test_layout_kernel_regexes_match_only_their_kernel():
+def test_captures_are_one_kernel_on_two_layouts_plus_the_decode():
     import re
 
+    assert ncu.CAPTURES["shared"].op == ncu.CAPTURES["unique"].op == "prefix_dense"
+    assert ncu.CAPTURES["shared"].kernel_regex == ncu.CAPTURES["unique"].kernel_regex
+    assert (ncu.CAPTURES["unique"].layout, ncu.CAPTURES["unique-decode"].layout) == ("unique", "unique")
+    assert ncu.CAPTURES["unique-decode"].op == "decode_paged"
     assert re.search(ncu.LAYOUT_KERNELS["shared"], "_prefix_kernel")
     assert not re.search(ncu.LAYOUT_KERNELS["shared"], "_combine_prefix_kernel")
-    assert re.search(ncu.LAYOUT_KERNELS["unique"], "_decode_kernel")
-    assert not re.search(ncu.LAYOUT_KERNELS["unique"], "_combine_decode_kernel")
+    assert re.search(ncu.LAYOUT_KERNELS["unique-decode"], "_decode_kernel")
+    assert not re.search(ncu.LAYOUT_KERNELS["unique-decode"], "_combine_decode_kernel")

@@ -210,11 +210,117 @@ def test_table4_and_21_heterogeneous(results):
 
 
 def test_table5_kernel_microbench(results):
+    """The paper's rows are prefix_dense on both layouts; decode_paged/unique is an extra row of ours."""
     t = table_compare.build_table(5, results)
     assert _row(t, "shared (HOT)")["wall_us"].ours == 100.0
-    assert _row(t, "shared (HOT)")["speedup_x"].ours == pytest.approx(10.0)
+    assert _row(t, "shared (HOT)")["speedup_x"].ours == pytest.approx(20.0)  # prefix_dense unique 2000 / 100
+    assert _row(t, "unique (paged)")["wall_us"].ours == 2000.0
     assert _row(t, "unique (paged)")["speedup_x"].ours == pytest.approx(1.0)
-    assert table_extract.kernel_speedup(results) == pytest.approx(10.0)
+    assert table_extract.kernel_speedup(results) == pytest.approx(20.0)
+    extra = _row(t, table_extract.TABLE5_DECODE_ROW)
+    assert extra["wall_us"].ours == 1000.0  # the table5 decode record, not the sweep's 5000
+    assert extra["speedup_x"].ours == pytest.approx(10.0)  # its us / shared us
+    assert extra["wall_us"].paper is None and not extra["wall_us"].missing
+    assert table_extract.decode_kernel_speedup(results) == pytest.approx(10.0)
+    [row] = [r for r in t.rows if r.ours_only]
+    assert row.keys == (table_extract.TABLE5_DECODE_ROW,) and t.rows[-1] is row  # after the paper's rows
+    md = table_render.render_markdown(t)
+    assert f"{table_extract.TABLE5_DECODE_ROW}{table_render.OURS_ONLY_MARK}" in md
+
+
+def _kernel_frame(*records):
+    import pandas as pd
+
+    base = {"B": 256, "Lp": 8192, "Hq": 32, "Hkv": 8, "d": 128, "dtype": "bf16", "table5": True}
+    return pd.DataFrame([{**base, **r} for r in records])
+
+
+def _synthetic(kernels=None, ncu=None):
+    import pandas as pd
+
+    from harness.results import ResultSet
+
+    micro = {k: v for k, v in (("kernels", kernels), ("ncu", ncu)) if v is not None}
+    return ResultSet(hardware="synthetic", cells=pd.DataFrame(columns=["hardware", "sweep", "cell_id", "path",
+                                                                       "variant"]), microbench=micro)
+
+
+def test_table5_picks_the_dense_unique_record_for_the_main_row():
+    res = _synthetic(_kernel_frame(
+        {"op": "prefix_dense", "layout": "shared", "us": 80.0, "GBps": 500.0},
+        {"op": "prefix_dense", "layout": "unique", "us": 2400.0, "GBps": 3600.0},
+        {"op": "decode_paged", "layout": "unique", "us": 2000.0, "GBps": 4300.0},
+        {"op": "prefix_dense", "layout": "unique", "us": 2600.0, "GBps": 1.0, "table5": None,
+         "table5_split_variant": True},  # the split variant: not the table5 record
+    ))
+    t = table_compare.build_table(5, res)
+    assert _row(t, "unique (paged)")["wall_us"].ours == 2400.0
+    assert _row(t, "unique (paged)")["effective_HBM_GB_s"].ours == 3600.0
+    assert _row(t, "shared (HOT)")["speedup_x"].ours == pytest.approx(30.0)
+    extra = _row(t, table_extract.TABLE5_DECODE_ROW)
+    assert (extra["wall_us"].ours, extra["effective_HBM_GB_s"].ours) == (2000.0, 4300.0)
+    assert extra["speedup_x"].ours == pytest.approx(25.0)
+
+
+def test_table5_without_the_dense_unique_record_the_main_rows_are_missing():
+    """A kernels.json from before the prefix_dense/unique record (as committed): the paper's unique row
+    and every speedup of the main rows are missing; the decode kernel never stands in."""
+    res = _synthetic(_kernel_frame(
+        {"op": "prefix_dense", "layout": "shared", "us": 77.0, "GBps": 489.5},
+        {"op": "decode_paged", "layout": "unique", "us": 1969.0, "GBps": 4369.0},
+    ))
+    t = table_compare.build_table(5, res)
+    unique = _row(t, "unique (paged)")
+    assert all(c.ours is None and c.missing for c in unique.values())
+    assert _row(t, "shared (HOT)")["speedup_x"].missing
+    assert _row(t, "shared (HOT)")["wall_us"].ours == 77.0  # the shared record itself is the paper's
+    assert _row(t, table_extract.TABLE5_DECODE_ROW)["speedup_x"].ours == pytest.approx(1969.0 / 77.0)
+    assert table_extract.kernel_speedup(res) is None
+    md = table_render.render_markdown(t)
+    line = next(ln for ln in md.splitlines() if ln.startswith("| unique (paged) "))
+    assert line.count(table_render.MISSING_TEXT) == 6  # ours and ours/paper of the three columns
+    csv_rows = list(csv.DictReader(io.StringIO(table_render.render_csv(t))))
+    assert csv_rows[1]["speedup_x.ours"] == "n/a" and csv_rows[0]["speedup_x.ours"] == "n/a"
+
+
+def test_table22_s_is_the_main_rows_speedup_or_missing():
+    """Table 22's Amdahl s is Table 5's main-row speedup: without prefix_dense/unique there is no s
+    (S columns missing), whatever decode_paged measured."""
+    no_unique = _synthetic(_kernel_frame(
+        {"op": "prefix_dense", "layout": "shared", "us": 77.0, "GBps": 489.5},
+        {"op": "decode_paged", "layout": "unique", "us": 1969.0, "GBps": 4369.0},
+    ))
+    assert table_extract.kernel_speedup(no_unique) is None
+    r = _row(table_compare.build_table(22, no_unique), "Llama-8B/TP=1")
+    assert r["S_s15.6_x"].ours is None and r["S_plus_beta_gamma_x"].ours is None
+
+
+def test_table23_columns_are_the_dense_kernel_the_decode_has_extra_rows():
+    import pandas as pd
+
+    def rec(op, layout, kernel, dram, wall):
+        r = {"layout": layout, "kernel": kernel, "B": 256, "Lp": 8192, "dram_bytes_read": dram,
+             "byte_model_bytes": 8.0e9 if layout == "unique" else 32e6, "l2_hit_rate_pct": 1.0,
+             "tensor_pipe_active_pct": 10.0, "waves_per_sm": 4.0, "wall_us": wall, "useful_flops": 34.4e9}
+        return {**r, "op": op} if op else r
+
+    # as committed before the dense unique capture: shared + the decode (kernel only, no op)
+    old = _synthetic(ncu=pd.DataFrame([rec(None, "shared", "_prefix_kernel", 36e6, 66.0),
+                                       rec(None, "unique", "_decode_kernel", 8.65e9, 1958.0)]))
+    t = table_compare.build_table(23, old)
+    dram = _row(t, "DRAM bytes read / launch", "MB", "GB")
+    assert dram["shared_HOT"].ours == pytest.approx(36.0) and dram["unique_paged"].missing
+    extra = _row(t, f"DRAM bytes read / launch {table_extract.TABLE23_DECODE_SUFFIX}", None, "GB")
+    assert extra["unique_paged"].ours == pytest.approx(8.65) and extra["shared_HOT"].ours is None
+    assert sum(r.ours_only for r in t.rows) == len(paper_table(23).rows)
+    # with the dense unique capture: it fills the paper's unique column
+    new = _synthetic(ncu=pd.DataFrame([rec("prefix_dense", "shared", "_prefix_kernel", 36e6, 66.0),
+                                       rec("prefix_dense", "unique", "_prefix_kernel", 8.6e9, 2500.0),
+                                       rec("decode_paged", "unique", "_decode_kernel", 8.65e9, 1958.0)]))
+    t = table_compare.build_table(23, new)
+    assert _row(t, "Wall time (1410 MHz)", "µs", "µs")["unique_paged"].ours == pytest.approx(2500.0)
+    assert _row(t, f"Wall time (1410 MHz) {table_extract.TABLE23_DECODE_SUFFIX}", None,
+                "µs")["unique_paged"].ours == pytest.approx(1958.0)
 
 
 def test_table12_peak_b_only_when_complete(results):
@@ -268,6 +374,9 @@ def test_table17_and_23_microbench_derivations(results):
     assert _row(t23, "vs. byte model", "% (excess over byte model)",
                 "% (excess over byte model)")["shared_HOT"].ours == pytest.approx(25.0)
     assert _row(t23, "Useful throughput", "TF/s", "TF/s")["unique_paged"].ours == pytest.approx(4.3)
+    # the fixture's decode record has only `kernel` (as ncu.json had before `op`): its own rows
+    decode = _row(t23, f"Useful throughput {table_extract.TABLE23_DECODE_SUFFIX}", None, "TF/s")
+    assert decode["unique_paged"].ours == pytest.approx(34.4e9 / 2000.0 / 1e6)
 
 
 def test_amdahl_reproduces_the_papers_table22():
@@ -284,7 +393,7 @@ def test_table22_from_profile_and_kernel_speedup(results):
     r = _row(table_compare.build_table(22, results), "Llama-8B/TP=1")
     assert r["alpha_pct"].ours == pytest.approx(60.0) and r["gamma_pct"].ours == pytest.approx(5.0)
     a_kernel = 0.6 / 0.95
-    assert r["S_s15.6_x"].ours == pytest.approx(1 / ((1 - a_kernel) + a_kernel / 10))
+    assert r["S_s15.6_x"].ours == pytest.approx(1 / ((1 - a_kernel) + a_kernel / 20))  # s = Table 5's main rows
     assert r["measured_x"].ours == pytest.approx(2.0)  # GKV/SGL from sweep table9
     assert r["s_eff_x"].ours == pytest.approx(6.0)
 

@@ -137,3 +137,27 @@ def test_combine_prefix_ignores_padding_entries_of_a_graph_bucket():
     combine_prefix(ws, indptr, padded, prefix_len, max_splits, min_split, o, lse)
     torch.testing.assert_close(o, ref_o)
     torch.testing.assert_close(lse, ref_lse)
+
+
+# the unique layout of Table 5: the dense kernel over B one-request classes, each with its own
+# contiguous copy of the prefix (one slab per request), the tile far taller than a class's g rows
+UNIQUE_DTYPES = [*DTYPES, pytest.param(torch.float16, id="fp16")]
+
+
+@pytest.mark.parametrize("dtype", UNIQUE_DTYPES)
+@pytest.mark.parametrize("bsz, length, splits, tma", [(3, 37, 1, True), (5, 53, 2, False), (7, 129, 3, True)])
+def test_dense_one_request_classes_each_with_its_own_slab(bsz, length, splits, tma, dtype):
+    cfg = PrefixConfig(block_m=32, block_n=16, min_split_len=32, tma=tma)
+    tol = TOL.get(dtype, 1e-2)
+    g = gen(70 + bsz)
+    hkv, g_ratio, d = 2, 4, 64
+    k_cache, v_cache = make_cache(3 + bsz * (length + 5), hkv, d, dtype, g)
+    bases = [3 + r * (length + 5) for r in range(bsz)]  # a hole between slabs
+    classes = PrefixClasses.from_lists([[r] for r in range(bsz)], [length] * bsz, DEV, slab_base=bases)
+    q = randn(bsz, hkv * g_ratio, d, g=g, dtype=dtype)
+    sm = d ** -0.5
+    o, lse = prefix_dense(q, k_cache, v_cache, classes, sm, impl="fused", cfg=cfg, max_splits=splits)
+    ro, rl, touched = prefix_attention_ref(q.float(), k_cache.float(), v_cache.float(), classes, sm)
+    assert bool(touched.all())
+    assert rel_err(o, ro) < tol
+    check_lse(lse, rl, tol)
