@@ -139,6 +139,30 @@ rule gate:
 # whole point, and Snakemake runs it when any of its cell files is missing. Not protected():
 # Snakemake refuses to run a job while one of its outputs is write-protected (it would have to
 # delete it first), and a point with some cells measured must run again whole, re-measuring them.
+# Cluster profiles size the point jobs under the name `point` (set-resources / set-threads: point):
+# the rules' own names are per point, so the profile's values are copied onto each of them here.
+def _profile_point_resources() -> dict:
+    rs = workflow.resource_settings
+    res = rs.overwrite_resources.get("point") or {}
+    if hasattr(res, "items"):
+        res = dict(res.items())
+    out = {}
+    for key, value in res.items():
+        raw = getattr(value, "raw", value)  # a parsed Resource keeps what the profile gave
+        if key not in ("gpu", "_cores", "_nodes") and raw is not None:
+            out[key] = raw
+    return out
+
+
+def _profile_point_threads() -> int:
+    t = workflow.resource_settings.overwrite_threads.get("point")
+    t = getattr(t, "raw", t)
+    return int(t) if t else 1
+
+
+POINT_RESOURCES = _profile_point_resources()
+POINT_THREADS = _profile_point_threads()
+
 for _p in POINTS:
     rule:
         name:
@@ -149,8 +173,10 @@ for _p in POINTS:
             _p.paths(PROFILE),
         params:
             cmd=f"{shlex.quote(PYTHON)} -m harness.point run {_p.sweep} {_p.point_id} --profile {PROFILE_ARG}",
+        threads: POINT_THREADS
         resources:
             gpu=_p.gpus if PROFILE.gpus else 0,
+            **POINT_RESOURCES,
         shell:
             "{params.cmd}"
 

@@ -64,14 +64,14 @@ def test_profile_defaults(name):
     if name == "slurm":
         res = opts["default-resources"]
         assert res["slurm_partition"] == "gpu" and "slurm_account" not in res
-        assert opts["set-resources"]["cell"]["slurm_partition"] == "gpu"
-        assert "gpu_model" not in opts["set-resources"]["cell"]
+        assert opts["set-resources"]["point"]["slurm_partition"] == "gpu"
+        assert "gpu_model" not in opts["set-resources"]["point"]
     else:
         assert opts["default-resources"]["gpu_manufacturer"] == "nvidia"  # the executor refuses `gpu` without it
         assert opts["default-resources"]["scale"] == 0  # limits: Kubernetes takes no GPU request without one
         assert opts["default-storage-provider"] and opts["default-storage-prefix"]  # no shared filesystem
         assert opts["container-image"] and opts["kubernetes-namespace"] == "default"
-        assert opts["set-threads"]["cell"] >= 2
+        assert opts["set-threads"]["point"] >= 2
 
 
 def test_site_names_come_from_the_environment(monkeypatch):
@@ -84,7 +84,7 @@ def test_site_names_come_from_the_environment(monkeypatch):
     assert slurm["jobs"] == 7
     assert (slurm["default-resources"]["slurm_partition"], slurm["default-resources"]["slurm_account"]) == (
         "cpu", "proj1")
-    for rule in ("cell", "microbench"):
+    for rule in ("point", "microbench"):
         assert slurm["set-resources"][rule]["slurm_partition"] == "h200"
         assert slurm["set-resources"][rule]["gpu_model"] == "h200"
     k8s = _render("kubernetes")
@@ -112,8 +112,8 @@ def test_pipeline_yaml_plans_every_paper_cell(name):
 def _jobs(text: str) -> list[tuple[str, str, dict[str, str]]]:
     """(rule, output, resources) of each job a dry run lists."""
     jobs = []
-    for block in re.split(r"\n(?=rule \w+:\n)", text):
-        m = re.match(r"rule (\w+):\n", block)
+    for block in re.split(r"\n(?=rule \S+:\n)", text):
+        m = re.match(r"rule (\S+):\n", block)
         res = re.search(r"^\s+resources: (.*)$", block, re.M)
         if m and res:
             out = re.search(r"^\s+output: (.*)$", block, re.M)
@@ -128,26 +128,30 @@ def _dry_run(name: str, *extra: str, env: dict[str, str] | None = None) -> list[
                          timeout=300, env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     jobs = _jobs(out.stdout + out.stderr)
-    assert any(rule == "cell" for rule, _, _ in jobs), (out.stdout + out.stderr)[-2000:]
+    assert any(rule.startswith("point_") for rule, _, _ in jobs), (out.stdout + out.stderr)[-2000:]
     return jobs
 
 
-def _check_one_gpu_job_per_cell(jobs, gpu_partition: str | None = None) -> None:
+def _check_one_gpu_job_per_point(jobs, gpu_partition: str | None = None) -> None:
+    """A point's job (all its systems, one call: harness.point) asks for the point's TP in GPUs."""
     for rule, output, res in jobs:
-        if rule == "cell":
-            tp = int(re.search(r"-tp(\d+)-", output).group(1))
+        if rule.startswith("point_"):
+            tps = {int(t) for t in re.findall(r"-tp(\d+)-", output)}
+            assert len(tps) == 1, (rule, output)
+            tp = tps.pop()
             assert res.get("gpu") == str(tp), (output, res)
             if gpu_partition:
                 assert res["slurm_partition"] == gpu_partition
+                assert res["mem_mb"] == "131072" and res["cpus_per_task"] == "8", res  # the profile's `point` sizes
         elif rule in ("table", "tables", "plots"):
             assert res.get("gpu", "0") == "0", (rule, res)
 
 
-def test_slurm_plan_asks_each_cell_for_its_gpus():
+def test_slurm_plan_asks_each_point_for_its_gpus():
     """The Slurm profile's plan, every resource evaluated, with the local executor standing in."""
     jobs = _dry_run("slurm", "--executor", "local",
                     env={"GRANIKV_SLURM_PARTITION": "h200", "GRANIKV_SLURM_CPU_PARTITION": "cpu"})
-    _check_one_gpu_job_per_cell(jobs, gpu_partition="h200")
+    _check_one_gpu_job_per_point(jobs, gpu_partition="h200")
     assert all(res["slurm_partition"] == "cpu" for rule, _, res in jobs if rule in ("tables", "plots"))
 
 
@@ -155,7 +159,7 @@ def test_slurm_plan_asks_each_cell_for_its_gpus():
                     reason="pip install snakemake-executor-plugin-slurm (docs/scale-out.md)")
 def test_slurm_executor_dry_run():
     """The Slurm executor's own dry run: no sbatch, sinfo or sacct needed."""
-    _check_one_gpu_job_per_cell(_dry_run("slurm"), gpu_partition="gpu")
+    _check_one_gpu_job_per_point(_dry_run("slurm"), gpu_partition="gpu")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("snakemake_executor_plugin_kubernetes") is None
@@ -165,5 +169,5 @@ def test_kubernetes_executor_dry_run(tmp_path):
     """The Kubernetes executor's dry run. It asks the storage which results exist, so the profile's
     S3 prefix (credentials, network) is swapped for a local `fs` one: every cell is then missing."""
     jobs = _dry_run("kubernetes", "--default-storage-provider", "fs", "--default-storage-prefix", str(tmp_path))
-    _check_one_gpu_job_per_cell(jobs)
+    _check_one_gpu_job_per_point(jobs)
     assert all(res["gpu_manufacturer"] == "nvidia" and res["scale"] == "0" for _, _, res in jobs)
