@@ -259,7 +259,7 @@ def unpack(carry: Path, workloads: Path) -> None:
             os.replace(tmp, dst)
 
 
-def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -> list[dict]:
+def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path, one_call: bool = False) -> list[dict]:
     """Run the list point by point (consecutive lines of one point: harness.point.group_lines).
 
     A point is started only while the budget left covers `reserve_s` per cell of it (a Lp=16K
@@ -267,11 +267,15 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -
     GRANIKV_CALL_ID, systems in the rep's rotated order, each stopped cleanly at the budget's end.
     A point whose cells all have result files is skipped when its lines do not ask to overwrite,
     or when every cell was re-measured at this commit in one call (`remeasured_at_this_commit`);
-    any other point is measured whole, its measured cells with `overwrite=true`."""
+    any other point is measured whole, its measured cells with `overwrite=true`.
+
+    `one_call`: the whole list is one group, run in the list's order in one call. For A/B
+    comparisons whose sides are not one point's systems (tagged cells of one system that differ
+    in a client or server option, e.g. the API A/B or the hint A/B): the list is the comparison."""
     logs.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     report: list[dict] = []
-    groups = group_lines(cells)
+    groups = [list(range(len(cells)))] if one_call else group_lines(cells)
     for g, group in enumerate(groups):
         head = f"[point {g + 1}/{len(groups)}]"
         left = budget_s - (time.monotonic() - t0)
@@ -295,7 +299,7 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path) -
                 print(f"{head} skipped: {why}", flush=True)
                 continue
         rep = int(line_values(cells[group[0]]).get("rep", 0) or 0)
-        order = run_order(group, rep, lambda i: line_values(cells[i]))
+        order = list(group) if one_call else run_order(group, rep, lambda i: line_values(cells[i]))
         call = new_call_id()
         print(f"{head} {len(group)} cells in one call {call}", flush=True)
         for i in order:
@@ -370,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("cells", type=Path)
     r.add_argument("--carry", type=Path, default=carry)
     r.add_argument("--budget-s", type=float, default=560.0)
+    r.add_argument("--one-call", action="store_true",
+                   help="run every line in one call, in the list's order (an A/B of tagged cells of one system)")
     r.add_argument("--reserve-s", type=float, default=75.0,
                    help="the time a cell may need: a point starts only with this much left per cell of it")
     r.add_argument("--logs", type=Path, default=ROOT / "batch-logs")
@@ -429,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     unpack(args.carry, ROOT / "workloads")
     started = time.time()
-    report = run(cells, args.budget_s, args.reserve_s, args.logs)
+    report = run(cells, args.budget_s, args.reserve_s, args.logs, one_call=args.one_call)
     if args.tar:
         tar_new(args.tar, ROOT / "results", args.logs, started, runs=args.tar_runs)
     failed = [c for c in report if c["status"] not in (0,)]

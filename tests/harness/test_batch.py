@@ -342,3 +342,20 @@ def test_batch_and_the_engine_change_check_do_not_import_each_other():
                          ("harness.batch", "harness.engine_changes")):
         code = f"import sys, {first}; assert {never!r} not in sys.modules"
         subprocess.run([sys.executable, "-c", code], cwd=batch.ROOT, check=True)
+
+
+def test_one_call_runs_a_tagged_ab_list_in_its_order_in_one_call(tmp_path, monkeypatch):
+    """`run --one-call`: an A/B whose sides are one system's tagged cells (two points by their
+    tags) runs as the list says, alternated, all in one call."""
+    base = ["model=llama-3.1-8b", "tp=1", "workload=sharegpt", "rate=inf", "lp=512", "batch=256", "system=granikv",
+            "sweep=adhoc", "hardware=h200", f"results_dir={tmp_path / 'results'}"]
+    cells = [[*base, f"tag=v1-{api}", f"client.api={api}", f"rep={r}"] for r in (0, 1)
+             for api in ("generate", "completions")]
+    read = fake_cells(monkeypatch, tmp_path, {f"granikv@{r}": tmp_path / "fake" / f"r{r}.json" for r in (0, 1)})
+    report = batch.run(cells, budget_s=600.0, reserve_s=1.0, logs=tmp_path / "logs", one_call=True)
+    assert [r["status"] for r in report] == [0] * 4
+    ran = read()
+    assert [r["rep"] for r in ran] == ["0", "0", "1", "1"] and len({r["call"] for r in ran}) == 1
+    # without it, each tag and rep is a point of its own: four calls
+    batch.run(cells, budget_s=600.0, reserve_s=1.0, logs=tmp_path / "logs")
+    assert len({r["call"] for r in read()[4:]}) == 4
