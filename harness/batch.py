@@ -194,9 +194,10 @@ def stale_paths(results: Path) -> set[Path]:
     """Result files under `results` (resolved) measured before a listed engine change in their
     scope; refuses to guess when git cannot tell (a shallow clone)."""
     from harness.engine_changes import stale_cells
-    from harness.results import load_results
+    from harness.results import load_cells
 
-    stale = stale_cells(load_results(results).cells)
+    # every cell, tagged A/B cells included: a stale adhoc line is re-measured like any other
+    stale = stale_cells(load_cells(results))
     if stale is None:
         raise SystemExit("git cannot place every cell's commit here (a shallow clone?): no stale lines")
     return {Path(p).resolve() for p in stale}

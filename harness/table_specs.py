@@ -134,7 +134,8 @@ _SPECS: tuple[TableSpec, ...] = (
               "\"s=15.6\"); S(s) = 1/((1−α′) + α′/s) with α′ = α/(1−γ) (the kernel-time share, as the paper's "
               "numbers imply); S(+β,γ) = 1/((1−α−β−γ) + α/s + β + γ); measured = GKV/SGL output throughput "
               "from the first of `sweeps` holding both; s_eff solves measured = 1/((1−α) + α/s_eff)."),
-    TableSpec(23, ("metric", "shared_HOT_unit", "unique_paged_unit"), (), "microbench/ncu.json",
+    TableSpec(23, ("metric", "shared_HOT_unit", "unique_paged_unit"), (),
+              "microbench/ncu.json (ours at boost clocks, `ncu --clock-control none`; 1410 MHz is the paper's clock)",
               "ncu: microbench file `ncu.json`, records (one per captured launch, averaged) with "
               "`{op, layout, B, Lp, kernel, dram_bytes_read, byte_model_bytes, l2_hit_rate_pct, "
               "tensor_pipe_active_pct, waves_per_sm, wall_us, useful_flops}`; a record without `op` counts as "

@@ -13,8 +13,8 @@ import pytest
 from harness import docs_render
 
 
-def _write(root: Path, rel: str, api: str, tok: float) -> None:
-    doc = {"config": {"client": {"api": api}}, "env": {"git_sha": "0123456789"},
+def _write(root: Path, rel: str, api: str, tok: float, call_id: str | None = "call-a") -> None:
+    doc = {"config": {"client": {"api": api}}, "env": {"git_sha": "0123456789", "call_id": call_id},
            "metrics": {"output_throughput": tok, "median_ttft_ms": 900.0, "median_tpot_ms": 17.0},
            "engine": {"server_cpu_s": 7.0, "server_chunks_sent": 1032},
            "engine_after_warmup": {"server_cpu_s": 1.0, "server_chunks_sent": 32}}
@@ -31,6 +31,19 @@ def test_api_ab_verdict(tmp_path, api, tok, verdict):
     text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
     assert f"≥ {docs_render.API_AB_BAR}: {verdict}" in text
     assert "| 6.00 | 1000 |" in text  # the measured run's server CPU s and chunks, warm-up subtracted
+
+
+def test_api_ab_not_judged_across_calls(tmp_path):
+    """The four cells must come from one call: otherwise run-to-run spread decides the verdict."""
+    for i, (generate, tagged) in enumerate(docs_render.API_AB):
+        _write(tmp_path, generate, "generate", 100.0, call_id=f"call-{i}")
+        _write(tmp_path, tagged, "completions", 99.0, call_id=f"call-{i}")
+    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    assert f"≥ {docs_render.API_AB_BAR}: not judged (‡)" in text and "from 2 calls" in text
+    for generate, tagged in docs_render.API_AB:  # files without a call id: each a call of its own
+        _write(tmp_path, generate, "generate", 100.0, call_id=None)
+        _write(tmp_path, tagged, "completions", 99.0, call_id=None)
+    assert "from 4 calls" in docs_render.render_api_ab(docs_render.Sources(tmp_path))
 
 
 def test_api_ab_mean_of_alternated_reps(tmp_path):
