@@ -216,6 +216,37 @@ def write_sha(path: Path) -> str | None:
     return sha
 
 
+def _wrong_card(tf: tarfile.TarFile, member: tarfile.TarInfo) -> str | None:
+    """Why a result file in a tarball must not land: a cell file under results/<hardware>/ whose
+    `env.gpu` is not the card of conf/hardware/<hardware>.yaml (harness.cell_env.gpu_matches), e.g.
+    an h200 cell run with `hardware.gpu=null` on an H100: it would sit in the H200 tables. Exempt:
+    a profile without a card or an emulated one (a100-40gb), files that are not cells. None when
+    the file may land."""
+    import yaml
+
+    from harness.cell_env import gpu_matches
+
+    parts = Path(member.name).parts
+    profile = ROOT / "conf" / "hardware" / f"{parts[1]}.yaml" if len(parts) > 2 else None
+    if not member.name.endswith(".json") or profile is None or not profile.is_file():
+        return None
+    hw = yaml.safe_load(profile.read_text()) or {}
+    if hw.get("emulate") or not hw.get("gpu") or str(hw.get("device", "cuda")) == "cpu":
+        return None
+    src = tf.extractfile(member)
+    assert src is not None
+    try:
+        doc = json.load(src)
+    except ValueError:
+        return None
+    env = doc.get("env") if isinstance(doc, dict) else None
+    if not isinstance(env, dict) or not env.get("gpu") or "config" not in doc:
+        return None
+    if gpu_matches(str(hw["gpu"]), str(env["gpu"])):
+        return None
+    return f"env.gpu {env['gpu']!r}, results/{parts[1]}/ is {hw['gpu']!r}"
+
+
 def land(tarball: Path, results_root: Path, dry_run: bool = False) -> dict[str, list[Path]]:
     """Extract the result files of a call's tarball (`run --tar`) into `results_root`: a file in
     it replaces the one there (git keeps the old one), a cell that failed on the GPU keeps its
@@ -233,6 +264,10 @@ def land(tarball: Path, results_root: Path, dry_run: bool = False) -> dict[str, 
             if not m.isfile():
                 raise ValueError(f"{tarball}: refusing member {m.name!r} (not a plain file)")
             members.append((m, results_root.joinpath(*parts[1:])))
+        wrong = [f"{m.name} ({why})" for m, _dst in members if (why := _wrong_card(tf, m))]
+        if wrong:
+            raise ValueError(f"{tarball}: refusing to land cells measured on another card than their hardware "
+                             f"profile's (nothing written): {'; '.join(wrong)}")
         done: dict[str, list[Path]] = {"replaced": [], "new": []}
         for _m, dst in members:
             done["replaced" if dst.exists() else "new"].append(dst)

@@ -55,7 +55,7 @@ from harness.cell_config import (
     result_path,
     workload_config,
 )
-from harness.cell_env import check_gpus_idle, environment
+from harness.cell_env import check_gpu_model, check_gpus_idle, environment
 from harness.sweeps import ROOT, cell_id
 
 if TYPE_CHECKING:
@@ -239,6 +239,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, stopped: threading.Event | None = N
         raise FileExistsError(out)
     if cfg.system.kind == "external":  # before any work: skip cleanly where it is not installed
         systems.require_module(cfg.system.name, cfg.system.module)
+    check_gpu_model(cfg)  # before any work: a cell on the wrong card would land in another card's tables
     run_dir.mkdir(parents=True, exist_ok=True)
 
     wcfg = workload_config(cfg)

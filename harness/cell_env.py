@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import uuid
 from typing import Any
@@ -104,6 +105,36 @@ def check_gpus_idle(cfg: DictConfig) -> list[dict[str, int]] | None:
                 f"KV pool from what is left. `nvidia-smi --query-compute-apps=pid,used_memory "
                 f"--format=csv` names it; stop it, or pass server.busy_gpu_mib=null to measure anyway")
     return rows
+
+
+def gpu_matches(profile_gpu: str | None, host_gpu: str) -> bool:
+    """Whether a host's GPU names (`gpus()`, comma-joined) are all the hardware profile's card.
+    No card in the profile (CPU, emulations): anything matches. Matching is by the profile's name
+    as a word-bounded substring, case-insensitive: "NVIDIA H200" matches "NVIDIA H200" and
+    "NVIDIA H200 NVL" but not "NVIDIA H100 80GB HBM3"."""
+    if not profile_gpu:
+        return True
+    want = re.compile(rf"(^|\W){re.escape(profile_gpu.strip())}(\W|$)", re.IGNORECASE)
+    names = [n.strip() for n in host_gpu.split(",") if n.strip()]
+    return bool(names) and all(want.search(n) for n in names)
+
+
+def check_gpu_model(cfg: DictConfig) -> None:
+    """Raise CellError when the host's GPU is not the hardware profile's card.
+
+    Why: a profile's numbers (m_sat, ceilings, the results/<hardware>/ folder its cells land in)
+    belong to one card; an `h200` cell measured on an H100 would sit in the H200 tables as an H200
+    number. `hardware.gpu=null` measures anyway (the file still records the card in `env.gpu`)."""
+    want = cfg.hardware.get("gpu")
+    on_gpu = cfg.system.kind != "engine" or cfg.hardware.get("device", "cuda") != "cpu"
+    if not want or not on_gpu or cfg.hardware.get("emulate"):  # an emulated card runs on another one
+        return
+    host, count = gpus()
+    if count and not gpu_matches(str(want), host):
+        raise CellError(
+            f"this host's GPU is {host}, but hardware={cfg.hardware.get('name')} is the profile of {want} "
+            f"(its m_sat, ceilings and results/{cfg.hardware.get('name')}/ folder are that card's); pass the "
+            f"hardware profile of this card, or hardware.gpu=null to measure here anyway")
 
 
 def new_call_id() -> str:

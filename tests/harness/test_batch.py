@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from fake_cell import fake_cells, write_result
 from proc_testutil import wait_dead
@@ -359,3 +361,23 @@ def test_one_call_runs_a_tagged_ab_list_in_its_order_in_one_call(tmp_path, monke
     # without it, each tag and rep is a point of its own: four calls
     batch.run(cells, budget_s=600.0, reserve_s=1.0, logs=tmp_path / "logs")
     assert len({r["call"] for r in read()[4:]}) == 4
+
+
+def test_land_refuses_a_cell_measured_on_another_card_than_its_folder(tmp_path):
+    """results/h200/ holds H200 numbers: a cell that ran on an H100 (hardware.gpu=null, or from a
+    tree without the cell's own check) is refused whole, before anything is written; the emulated
+    a100-40gb folder takes any card."""
+    res = tmp_path / "results"
+
+    def cell(gpu: str) -> bytes:
+        return json.dumps({"config": {"hardware": {"name": "h200", "gpu": None}}, "env": {"gpu": gpu}}).encode()
+
+    tb = _tarball(tmp_path / "h100.tar.gz", {"results/h200/table9/paged-r0.json": cell("NVIDIA H200"),
+                                             "results/h200/table9/granikv-r0.json": cell("NVIDIA H100 80GB HBM3")})
+    with pytest.raises(ValueError, match=r"granikv-r0\.json .*H100 80GB HBM3"):
+        batch.land(tb, res)
+    assert not res.exists()
+    ok = _tarball(tmp_path / "ok.tar.gz", {"results/h200/table9/paged-r0.json": cell("NVIDIA H200"),
+                                           "results/a100-40gb/table19/paged-r0.json": cell("NVIDIA H100 80GB HBM3"),
+                                           "results/h200/microbench/notes.json": b"{\"env\": {\"gpu\": \"x\"}}"})
+    assert len(batch.land(ok, res)["new"]) == 3

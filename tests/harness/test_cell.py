@@ -317,3 +317,33 @@ def test_the_client_gets_the_configured_api(api):
     client = cell.client_config(cfg)
     assert client.api == api and client.model == "m"
     assert client.to_dict()["api"] == api
+
+
+def test_gpu_matches_the_profile_card_by_word():
+    assert cell_env.gpu_matches("NVIDIA H200", "NVIDIA H200")
+    assert cell_env.gpu_matches("NVIDIA H200", "NVIDIA H200 NVL, NVIDIA H200")
+    assert not cell_env.gpu_matches("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+    assert not cell_env.gpu_matches("NVIDIA H200", "NVIDIA H200, NVIDIA H100 80GB HBM3")  # every card
+    assert not cell_env.gpu_matches("NVIDIA H20", "NVIDIA H200")  # a prefix of another card's name
+    assert not cell_env.gpu_matches("NVIDIA H200", "none")
+    assert cell_env.gpu_matches(None, "NVIDIA H100 80GB HBM3")
+
+
+def test_a_cell_refuses_another_card_than_its_hardware_profile(tmp_path, monkeypatch):
+    """An h200 cell on an H100 would land in the H200 tables as an H200 number: refused before any
+    work, with the way out in the message; an emulated card (a100-40gb) runs on any host."""
+    monkeypatch.setattr(cell_env, "gpus", lambda: ("NVIDIA H100 80GB HBM3", 1))
+    launched = []
+    monkeypatch.setattr(cell.systems, "launch", lambda spec: launched.append(spec))
+    cfg = _compose("model=tiny", "hardware=h200", "workload=burst", "lp=16", "batch=1", "num_prompts=1",
+                   "output_len=2", "workload.suffix_len=4", f"results_dir={tmp_path / 'res'}",
+                   f"workloads_dir={tmp_path / 'wl'}")
+    with pytest.raises(cell_config.CellError, match=r"GPU is NVIDIA H100 80GB HBM3.*hardware\.gpu=null"):
+        cell.run_cell(cfg, tmp_path / "run")
+    assert launched == [] and not (tmp_path / "wl").exists()
+    cfg.hardware.gpu = None
+    cell_env.check_gpu_model(cfg)
+    a100 = _compose("model=tiny", "hardware=a100-40gb", "workload=burst", "lp=16", "batch=1")
+    cell_env.check_gpu_model(a100)
+    monkeypatch.setattr(cell_env, "gpus", lambda: ("NVIDIA H200", 1))
+    cell_env.check_gpu_model(_compose("model=tiny", "hardware=h200", "workload=burst", "lp=16", "batch=1"))
