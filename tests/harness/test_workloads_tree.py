@@ -231,3 +231,7 @@ def test_static_replays_refuse_a_closed_loop_workload():
     with pytest.raises(ValueError, match="closed-loop session workload"):
         wl.require_open_loop(reqs, "the replay")
     wl.require_open_loop(wl.generate(_tree([(1, 4), (2, 2)])), "the replay")  # open-loop kinds pass
+    from harness.microbench import replay
+
+    with pytest.raises(ValueError, match="the engine replay replays static prompts"):
+        replay.offers(reqs, replay.ReplayConfig())
