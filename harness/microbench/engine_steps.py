@@ -189,10 +189,11 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
     from granikv.server.app import build_app, tcp_site
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
-    from harness.workloads import read_workload
+    from harness.workloads import read_workload, require_open_loop
 
     wl = read_workload(workload)
     reqs = wl.requests
+    require_open_loop(reqs, "engine_steps")  # a debate's prompts need the server's outputs
     b = len(reqs)
     cfg = base_cfg.replace(system=system, max_running=b)
     out = {"system": system, "workload": Path(workload).name, "B": b, "output_len": reqs[0].output_len}

@@ -44,7 +44,7 @@ from granikv.engine.scheduler import Step
 from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import load_spec
 from harness.microbench._timing import env_info
-from harness.workloads import WorkloadRequest, read_workload
+from harness.workloads import WorkloadRequest, read_workload, require_open_loop
 
 FIXED_TOKEN = 13  # what every stub step "samples"; any id outside the model's EOS ids
 
@@ -219,6 +219,7 @@ class Offer:
 
 
 def offers(requests: list[WorkloadRequest], rc: ReplayConfig) -> list[Offer]:
+    require_open_loop(requests, "the engine replay")  # a debate's prompts need the server's outputs
     return [Offer(r.id, r.input_ids, r.output_len,
                   r.shared_prefix_len if rc.send_prefix_hint and r.shared_prefix_len > 0 else None)
             for r in requests]

@@ -11,6 +11,12 @@ with empty `choices`, then `data: [DONE]`.
 The first input id (or prompt id) selects a failure mode (ids are otherwise ignored):
 HTTP_500 -> status 500; DISCONNECT -> two tokens then the socket is closed;
 NO_DONE -> the stream ends cleanly but without [DONE]; HANG -> never answers.
+
+Closed-loop tests can set `output_fn` (prompt, n -> the n output ids to stream; every answer
+is then kept in `outputs`), `delay_fn` (prompt -> extra seconds before the first token) and
+`mode_fn` (prompt -> failure mode, instead of the first id). `FakeTimings.incremental_ids`
+streams only each chunk's new `output_ids` (SGLang's incremental streaming); a completions body
+with `return_token_ids` gets each chunk's ids in `choices[0].token_ids` (vLLM's shape).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -35,6 +42,7 @@ class FakeTimings:
     tokens_per_chunk: int = 1
     send_meta: bool = True            # False: chunks carry text only (no meta_info)
     cached_tokens: int = 7
+    incremental_ids: bool = False     # True: a chunk's output_ids are only its new ones
 
 
 @dataclass
@@ -44,6 +52,10 @@ class FakeServer:
     max_in_flight: int = 0
     payloads: list[dict] = field(default_factory=list)
     events: list[str] = field(default_factory=list)  # "generate" / "flush", in arrival order
+    output_fn: Callable[[list[int], int], list[int]] | None = None  # None: ids 0..n-1
+    delay_fn: Callable[[list[int]], float] | None = None
+    mode_fn: Callable[[list[int]], int] | None = None
+    outputs: list[tuple[list[int], list[int]]] = field(default_factory=list)  # (prompt, output ids)
     base_url: str = ""
     _loop: asyncio.AbstractEventLoop | None = None
     _runner: web.AppRunner | None = None
@@ -73,11 +85,15 @@ class FakeServer:
         finally:
             self.in_flight -= 1
 
-    def _chunk(self, body: dict, ids: list[int], sent: int, step: int, openai: bool) -> dict:
+    def _chunk(self, body: dict, ids: list[int], sent: int, step: int, openai: bool, out: list[int]) -> dict:
         if openai:
+            choice = {"index": 0, "text": "x" * step, "finish_reason": None}
+            if body.get("return_token_ids"):
+                choice["token_ids"] = out[sent - step:sent]
             return {"id": "cmpl-fake", "object": "text_completion", "created": 0, "model": body.get("model"),
-                    "choices": [{"index": 0, "text": "x" * step, "finish_reason": None}], "usage": None}
-        chunk = {"text": "x" * sent, "output_ids": list(range(sent)), "index": 0}
+                    "choices": [choice], "usage": None}
+        new_only = self.timings.incremental_ids
+        chunk = {"text": "x" * sent, "output_ids": out[sent - step:sent] if new_only else out[:sent], "index": 0}
         if self.timings.send_meta:
             chunk["meta_info"] = {
                 "prompt_tokens": len(ids),
@@ -89,22 +105,27 @@ class FakeServer:
     async def _stream(self, request: web.Request, body: dict, openai: bool = False) -> web.StreamResponse:
         t = self.timings
         ids = body["prompt"] if openai else body["input_ids"]
-        mode = ids[0] if ids else 0
+        mode = self.mode_fn(ids) if self.mode_fn else (ids[0] if ids else 0)
         n = int(body["max_tokens"] if openai else body["sampling_params"]["max_new_tokens"])
+        out = list(range(n))
+        if self.output_fn is not None:
+            out = list(self.output_fn(ids, n))
         if mode == HTTP_500:
             return web.Response(status=500, text="injected failure")
         if mode == HANG:
             await asyncio.sleep(3600)
+        if self.output_fn is not None:
+            self.outputs.append((list(ids), out))
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        await asyncio.sleep(t.first_token_delay)
+        await asyncio.sleep(t.first_token_delay + (self.delay_fn(ids) if self.delay_fn else 0.0))
         sent = 0
         while sent < n:
             if sent > 0:
                 await asyncio.sleep(t.inter_token_delay)
             step = min(t.tokens_per_chunk, n - sent)
             sent += step
-            chunk = self._chunk(body, ids, sent, step, openai)
+            chunk = self._chunk(body, ids, sent, step, openai, out)
             await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if mode == DISCONNECT and sent >= 2:
                 request.transport.close()
