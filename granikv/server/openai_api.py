@@ -53,6 +53,8 @@ class Choice:
     finish_reason: str | None = None
     logprobs: list = field(default_factory=list)  # (token id, logprob, top [(id, logprob)]) per token
     sent_logprobs: int = 0  # entries already streamed
+    ids: list[int] = field(default_factory=list)  # every generated id, the stop token included (as /generate)
+    sent_ids: int = 0  # ids already streamed (`return_token_ids`)
     done: bool = False
     chunk_head: str | None = None  # the serialized constant part of this choice's stream chunks
 
@@ -225,6 +227,7 @@ class OpenAIRoutes:
         toks = [e.token for e in evs if e.token is not None]
         last = evs[-1]
         c.tokens += len(toks)
+        c.ids.extend(toks)
         c.cached = last.cached_tokens
         c.trace.tokens(len(toks))
         text_toks = toks
@@ -278,12 +281,32 @@ class OpenAIRoutes:
             fr = None if chat or not c.done else c.finish_reason
             await resp.write((f'{c.chunk_head}{json.dumps(delta)}{"}" if chat else ""}, "logprobs": '
                               f'{"null" if lp is None else json.dumps(lp)}, "finish_reason": '
-                              f'{"null" if fr is None else json.dumps(fr)}}}]}}\n\n').encode())
+                              f'{"null" if fr is None else json.dumps(fr)}{self._ids_part(c, req)}}}]}}\n\n')
+                             .encode())
             self.s.chunks_sent += 1
         if c.done and (chat or not delta):
             ch = {"index": c.index, "finish_reason": c.finish_reason, "logprobs": None}
             ch.update({"delta": {}} if chat else {"text": ""})
+            if req.return_token_ids:  # ids a held-back text (stop-string match, partial UTF-8) left unsent
+                if c.sent_ids == 0:
+                    ch["prompt_token_ids"] = c.prompt.ids.tolist()
+                ch["token_ids"] = c.ids[c.sent_ids:]
+                c.sent_ids = len(c.ids)
             await _send(resp, {**head, "choices": [ch]})
+
+    @staticmethod
+    def _ids_part(c: Choice, req: OpenAIRequest) -> str:
+        """The `token_ids` member of a streamed choice: the ids since the last chunk (a chunk is sent
+        only when text is, so ids whose text is held back ride with the next chunk); the prompt's
+        ids with the choice's first chunk, as vLLM streams them."""
+        if not req.return_token_ids:
+            return ""
+        part = ""
+        if c.sent_ids == 0:
+            part = f', "prompt_token_ids": [{",".join(map(str, c.prompt.ids.tolist()))}]'
+        part += f', "token_ids": [{",".join(map(str, c.ids[c.sent_ids:]))}]'
+        c.sent_ids = len(c.ids)
+        return part
 
     def _final(self, base: str, created: int, choices: list[Choice], chat: bool, req: OpenAIRequest) -> dict:
         out = []
@@ -299,6 +322,8 @@ class OpenAIRoutes:
                 if req.echo:
                     text = self._echo(c.prompt) + text
                 out.append({"index": c.index, "text": text, "logprobs": lp, "finish_reason": c.finish_reason})
+            if req.return_token_ids:
+                out[-1].update({"prompt_token_ids": c.prompt.ids.tolist(), "token_ids": list(c.ids)})
         return {"id": base, "object": "chat.completion" if chat else "text_completion", "created": created,
                 "model": self.s.served_name, "choices": out, "usage": _usage(choices)}
 

@@ -110,6 +110,10 @@ class OpenAIRequest:
     logprobs: int | None  # alternatives per token (0: the sampled token's own only); None: no logprobs
     echo: bool
     skip_special_tokens: bool = True
+    # vLLM's `return_token_ids`: each choice carries the ids it generated (`token_ids`, a stream's
+    # chunk the new ones) and its prompt's (`prompt_token_ids`), so a client that builds the next
+    # prompt from real outputs (an agent's transcript) needs no tokenizer round trip
+    return_token_ids: bool = False
 
     def choice_params(self, i: int, max_new: int) -> SamplingParams:
         seed = None if self.params.seed is None else self.params.seed + i
@@ -200,6 +204,7 @@ def parse_openai(body: dict, chat: bool, logprobs_supported: bool, default_max: 
     if logprobs is not None and not logprobs_supported:
         raise BadRequest("logprobs are not supported by this engine", "logprobs")
     skip = as_bool(get(body, "skip_special_tokens", True), "skip_special_tokens")
+    return_ids = as_bool(get(body, "return_token_ids", False), "return_token_ids")
     params = _sampling(max_tokens or 1, temp, top_p, top_k, ignore_eos, stop_ids, seed, logprobs, name)
     return OpenAIRequest(params, max_tokens, name, n, _stop(get(body, "stop")), stream, include_usage, logprobs,
-                         echo, skip)
+                         echo, skip, return_ids)

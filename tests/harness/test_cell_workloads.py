@@ -41,8 +41,11 @@ def test_a_tree_cell_on_the_engine(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_debate_cell_runs_closed_loop_on_the_engine(tmp_path):
-    doc = _cell(tmp_path, "workload=debate", "lp=32", "workload.la=8", "k=2", "workload.rounds=3", "num_prompts=12")
+@pytest.mark.parametrize("api", ["generate", "completions"])
+def test_a_debate_cell_runs_closed_loop_on_the_engine(tmp_path, api):
+    """On /v1/completions the outputs come back as vLLM's `return_token_ids` ids."""
+    doc = _cell(tmp_path, "workload=debate", "lp=32", "workload.la=8", "k=2", "workload.rounds=3", "num_prompts=12",
+                f"client.api={api}")
     m = doc["metrics"]
     assert (m["completed"], m["failed"]) == (12, 0)
     recs = doc["client"]["records"]  # debate by debate, round by round, agent by agent

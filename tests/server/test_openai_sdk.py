@@ -90,6 +90,37 @@ def test_completions_stream_with_usage(client):
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def _extra(obj, name):
+    """A field the OpenAI schema lacks, as the SDK keeps it (pydantic extras)."""
+    return (obj.model_extra or {}).get(name)
+
+
+@pytest.mark.parametrize("stop", [None, "zzz"])
+def test_return_token_ids_are_the_generated_ids(client, cpu_server, stop):
+    """vLLM's `return_token_ids` (sent through the SDK's extra_body, as agent frameworks do): the
+    ids are /generate's output_ids, whole in a response and in pieces over a stream (a stop string
+    holding text back must not drop ids), with the prompt's ids once."""
+    prompt = [3, 1, 4, 1, 5]
+    ids = _generate_ids(cpu_server.url, prompt, TOKENS)
+    kw = dict(model="tiny", prompt=prompt, max_tokens=TOKENS, temperature=0, extra_body={"return_token_ids": True})
+    if stop:
+        kw["stop"] = [stop]
+    r = client.completions.create(**kw)
+    assert _extra(r.choices[0], "token_ids") == ids and _extra(r.choices[0], "prompt_token_ids") == prompt
+    chunks = [c for c in client.completions.create(stream=True, **kw) if c.choices]
+    assert [t for c in chunks for t in (_extra(c.choices[0], "token_ids") or [])] == ids
+    assert [_extra(c.choices[0], "prompt_token_ids") for c in chunks if _extra(c.choices[0], "prompt_token_ids")] \
+        == [prompt]
+    msgs = [{"role": "user", "content": "hi"}]
+    chat = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=TOKENS, temperature=0,
+                                          extra_body={"return_token_ids": True})
+    assert len(_extra(chat.choices[0], "token_ids")) == TOKENS
+    plain = client.completions.create(model="tiny", prompt=prompt, max_tokens=TOKENS, temperature=0)
+    assert _extra(plain.choices[0], "token_ids") is None  # only when asked
+    status, out = _post(cpu_server.v1 + "/completions", {"model": "tiny", "prompt": prompt, "return_token_ids": "yes"})
+    assert status == 400 and "return_token_ids" in json.dumps(out)
+
+
 def test_chat_stream_and_not_with_usage(client):
     msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
     r = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=TOKENS, temperature=0)
