@@ -154,6 +154,24 @@ def render_kernels(src: Sources) -> str:
     return f"{HEADER}\n\n{block}\n\n{_cite(f'{H200}/microbench/kernels.json')}\n"
 
 
+def _tree_floor_rows(records: list[dict]) -> list[str]:
+    """Tree cells (`engine_steps --trees`): the K/V floor for each depth of sharing, and the step
+    against the floor of the sharing its system can have (harness.microbench.tree_floor)."""
+    if not records:
+        return []
+    out = ["Tree cells (levels as fanout × length, request i on leaf i mod leaves, no hint): the K/V floor "
+           "when shared runs are read per request (paged), the root once (cascade), two levels once (a head "
+           "and one ext class), or every shared node once (any depth); each system's floor is the one of "
+           "the sharing it can have (granikv: any depth).", ""]
+    out += _table(("system", "tree", "B", "K/V floor ms: paged", "root", "two levels", "any depth", "floor ms",
+                   "step ms", "step / floor"),
+                  [(r["system"], " ".join(f"{f}×{n}" for f, n in r["tree"]), r["B"],
+                    *(f"{r['floor_kv_ms_by_depth'][k]:.2f}" for k in ("paged", "root", "two_level", "any_depth")),
+                    f"{r['floor_ms']:.2f}", f"{r['step_ms']:.2f}", f"{r['step_over_floor']:.2f}")
+                   for r in records])
+    return out + [""]
+
+
 def render_decode_step(src: Sources) -> str:
     """The decode step against its floor (linear layers + the K/V each system must read)."""
     rel = f"{H200}/engine/steps.json"
@@ -168,10 +186,11 @@ def render_decode_step(src: Sources) -> str:
                   [(r["system"], r["Lp"], r["B"], f"{r['floor_linear_ms']:.2f}", f"{r['floor_kv_ms']:.2f}",
                     f"{r['floor_kv_ms'] * bw:.1f}", f"{r['floor_ms']:.2f}", f"{r['step_ms']:.2f}",
                     f"{r['floor_ms'] / r['step_ms']:.2f}", f"{r['host_gap_share']:.3f}")
-                   for r in doc["records"]])
+                   for r in doc["records"] if "tree" not in r])
     out += ["", f"K/V GB = K/V floor × {bw} TB/s. Paged at Lp=16K beats its floor: 256 requests read the same "
             "prefix pages at the same time and hit L2, which the floor (every request streams from HBM) "
             "leaves out.", ""]
+    out += _tree_floor_rows([r for r in doc["records"] if "tree" in r])
     env = doc["env"]
     out.append(f"Measured on {env.get('gpu')} (torch {env.get('torch')}, triton {env.get('triton')}), "
                f"git {_git(doc)}.")

@@ -10,6 +10,8 @@ up (CUDA-graph capture), then times steady decode steps:
   max(bytes / HBM_read_BW, FLOPs / bf16_peak) from the model's shapes (weights + KV bytes the
   system must read: paged reads every request's whole context, granikv/cascade read a shared
   prefix once per class plus each request's own tokens).
+With `--trees "1x4096,4x4096,4x2048@256"` a cell is B requests over a tree of shared runs
+(harness.microbench.tree_floor: the floor for each depth of sharing; no hint).
 With `--sampled-share F` the first round(F·B) requests of each cell sample with
 `--sampled-params` (default temperature 0.8, top-p 0.9, 5 logprobs; a `seed=S` there gives
 request i the seed S+i) and the rest stay greedy: the cost of a step that runs the sampler
@@ -30,6 +32,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -67,6 +70,54 @@ def kv_floor_ms(spec, tp: int, system: str, lp: int, ctx: list[int], classes: in
     pref_bytes = classes * lp * per_tok
     flops = 4 * len(ctx) * spec.num_heads // tp * spec.head_dim * lp * spec.num_layers
     return (own + max(pref_bytes / bw, flops / peak)) * 1e3
+
+
+def tree_kv_floors(spec, tp: int, tree: Sequence[tuple[int, int]], ctx: list[int], bw: float,
+                   peak: float) -> dict[str, float]:
+    """The K/V floor (ms) of a step over `tree` for each depth of sharing (harness.microbench.
+    tree_floor): read per request (paged), the root once (cascade), two levels once (a head and
+    one ext class), every shared node once (any depth)."""
+    from harness.microbench.tree_floor import tree_kv_floor_ms, tree_nodes
+
+    per_tok = 2 * spec.num_layers * spec.num_kv_heads // tp * spec.head_dim * 2  # bytes, K+V bf16
+    flops = 4 * spec.num_heads // tp * spec.head_dim * spec.num_layers
+    nodes = tree_nodes(tree, len(ctx))
+    own = sum(ctx) - sum(n.readers * n.length for n in nodes)
+    return {name: tree_kv_floor_ms(nodes, own, per_tok, flops, bw, peak, depth)
+            for name, depth in (("paged", 0), ("root", 1), ("two_level", 2), ("any_depth", None))}
+
+
+def make_tree_prompts(levels: Sequence[tuple[int, int]], b: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    """B prompts over a tree of shared runs (`levels`: (fanout, length) per level): request i reads
+    the root-to-leaf path of leaf i mod leaves (seeded runs, each distinct from its first token),
+    then 16-512 tokens of its own, as make_prompts does for one prefix."""
+    rng = random.Random(seed)
+    runs: list[list[list[int]]] = []
+    count = 1
+    for fanout, length in levels:
+        count *= fanout
+        runs.append([[rng.randrange(vocab) for _ in range(length)] for _ in range(count)])
+    leaves = count
+    out = []
+    for i in range(b):
+        leaf, path = i % leaves, []
+        below = leaves
+        for d, (fanout, _) in enumerate(levels):
+            below //= fanout
+            path += runs[d][leaf // below]
+        out.append(path + [rng.randrange(vocab) for _ in range(rng.randint(16, 512))])
+    return out
+
+
+def parse_tree(text: str) -> tuple[tuple[tuple[int, int], ...], int]:
+    """`--trees` cell "1x4096,4x4096,4x2048@256": the levels (fanout x length) and B."""
+    body, _, b = text.partition("@")
+    if not b:
+        raise ValueError(f"tree cell {text!r}: need levels@B, e.g. 1x4096,4x4096,4x2048@256")
+    levels = tuple(tuple(int(x) for x in lv.split("x")) for lv in body.split(","))
+    if any(len(lv) != 2 for lv in levels):
+        raise ValueError(f"tree cell {text!r}: each level is fanout x length")
+    return levels, int(b)  # type: ignore[return-value]
 
 
 def make_prompts(b: int, lp: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -117,13 +168,21 @@ def cell_params(b: int, max_new: int, share: float, sampled: dict) -> list[Sampl
 
 
 def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps: int, prof_steps: int,
-             bw: float, peak: float, sampled_share: float = 0.0, sampled: dict | None = None) -> dict:
+             bw: float, peak: float, sampled_share: float = 0.0, sampled: dict | None = None,
+             tree: Sequence[tuple[int, int]] | None = None) -> dict:
+    """One (Lp, B) cell of one system; with `tree`, B requests over that tree of shared runs
+    (no hint: the engine finds the sharing) and `lp` is ignored (the path length stands in)."""
     cfg = base_cfg.replace(system=system, max_running=max(b, 8))
     eng = Engine(cfg, model=model)
     spec = eng.spec
-    prompts = make_prompts(b, lp, spec.vocab_size)
+    if tree:
+        prompts = make_tree_prompts(tree, b, spec.vocab_size)
+        lp = sum(length for _, length in tree)
+    else:
+        prompts = make_prompts(b, lp, spec.vocab_size)
     params = cell_params(b, 16 + steps + prof_steps + 8, sampled_share, sampled or {})
-    reqs = [eng.add_request(p, sp, shared_prefix_len=lp) for p, sp in zip(prompts, params)]
+    hint = None if tree else lp
+    reqs = [eng.add_request(p, sp, shared_prefix_len=hint) for p, sp in zip(prompts, params)]
     sync()
     t0 = time.perf_counter()
     prefill_all(eng)
@@ -148,7 +207,12 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     att = eng.backend.stats()
     classes = 1 if system != "paged" and att.get("paged_steps", 0) < att.get("decode_steps", 1) else 0
     lin = linear_floor_ms(spec, cfg.tp, b, bw, peak)
-    kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, bw, peak)
+    tree_floors = {}
+    if tree:
+        tree_floors = tree_kv_floors(spec, cfg.tp, tree, ctx, bw, peak)
+        kvf = tree_floors[{"paged": "paged", "cascade": "root", "granikv": "any_depth"}[system]]
+    else:
+        kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, bw, peak)
     rec = {
         "system": system, "model": spec.name, "Lp": lp, "B": b, "steps": steps,
         "sampled_requests": sum(not p.plain for p in params), "sampled_params": sampled or {},
@@ -162,6 +226,9 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
             "replays": eng.runner.graphs.replays if eng.runner.graphs else 0},
         "storage": {k: v for k, v in eng.storage.stats().items() if isinstance(v, (int, float, str))},
     }
+    if tree:
+        rec["tree"] = [list(lv) for lv in tree]
+        rec["floor_kv_ms_by_depth"] = tree_floors  # paged / root / two_level / any_depth
     rec["step_over_floor"] = rec["step_ms"] / rec["floor_ms"]
     for r in reqs:
         if r.status != Status.FINISHED:
@@ -265,6 +332,10 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default=None, help="default: llama-3.1-8b on cuda, tiny on cpu (random weights of "
                                                     "an 8B model in float32 would not fit a CPU host)")
     ap.add_argument("--cells", default="512x256,16384x256,16384x8", help="LpxB,...")
+    ap.add_argument("--trees", default="",
+                    help="tree cells, ';'-separated: levels@B, e.g. '1x4096,4x4096,4x2048@256' (fanout x length "
+                         "per level; request i reads leaf i mod leaves; no hint); each system's floor reads the "
+                         "sharing it can have (paged none, cascade the root, granikv every shared node)")
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prof-steps", type=int, default=10)
@@ -324,6 +395,13 @@ def main(argv=None) -> int:
                   f"step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
                   f"({rec['step_over_floor']:.2f}x)  gap {rec['host_gap_share'] or 0:.3f}  "
                   f"att {rec['attention']}", flush=True)
+    for cell in filter(None, args.trees.split(";")):
+        tree, b = parse_tree(cell)
+        for system in args.systems.split(","):
+            rec = run_cell(model, base, system, 0, b, args.steps, args.prof_steps, bw, peak, tree=tree)
+            records.append(rec)
+            print(f"{system:8s} tree={cell} step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
+                  f"({rec['step_over_floor']:.2f}x)  att {rec['attention']}", flush=True)
     doc = {"env": env_info(), "config": vars(args), "records": records}
     if args.http:
         doc["http"] = http_vs_inprocess(model, base, "granikv", args.http, args.http_mode, args.http_repeats,

@@ -79,3 +79,17 @@ def test_sampled_share_runs_the_sampler_in_the_cell(tmp_path):
     assert r["sampled_requests"] == 2
     assert r["sampled_params"] == {"temperature": 0.8, "top_p": 0.9, "logprobs": 5, "seed": 3}
     assert r["step_ms"] > 0
+
+
+def test_tree_cell_records_the_floor_of_each_depth(tmp_path):
+    """`--trees`: requests over a tree of shared runs, no hint; the record holds the tree, the K/V
+    floor for each depth of sharing, and each system's floor is the one its sharing allows."""
+    doc = _run(tmp_path, "--cells", "", "--trees", "1x32,2x16@4", "--systems", "paged,granikv", "--steps", "3",
+               "--prof-steps", "1")
+    recs = {r["system"]: r for r in doc["records"]}
+    for system, depth in (("paged", "paged"), ("granikv", "any_depth")):
+        r = recs[system]
+        assert r["tree"] == [[1, 32], [2, 16]] and (r["Lp"], r["B"]) == (48, 4)
+        by = r["floor_kv_ms_by_depth"]
+        assert by["paged"] > by["root"] > by["any_depth"] and by["two_level"] == by["any_depth"]
+        assert r["floor_kv_ms"] == by[depth] and r["step_ms"] > 0
