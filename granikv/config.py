@@ -58,6 +58,10 @@ class EngineConfig:
     # unfragmented COLD pool) is read by the slab form of the pass (contiguous loads) instead of
     # through a member's slot-table row; False: every COLD class takes the page-row (rows) form
     cold_range_as_slab: bool = True
+    # shared levels a request's attention reads once per step (granikv): 1 = its head class only,
+    # 2 = the head and one extension level (a system prompt and an agent's role), up to 5 (a tree of
+    # runs: granikv.attention.granikv); each level past the head is one more launch per layer
+    share_depth: int = 2
 
     # scheduler
     max_running: int = 256
@@ -117,6 +121,8 @@ class EngineConfig:
             raise ValueError(f"kernel_impl must be triton or torch, got {self.kernel_impl!r}")
         if self.kv_budget_gb is not None and self.kv_budget_gb <= 0:
             raise ValueError("kv_budget_gb must be positive")
+        if not 1 <= self.share_depth <= 5:  # granikv.attention.plan.MAX_SHARE_DEPTH (no torch import here)
+            raise ValueError(f"share_depth must be in 1..5, got {self.share_depth}")
         if self.prefix_pass_min_saved_mib is not None and self.prefix_pass_min_saved_mib < 0:
             raise ValueError("prefix_pass_min_saved_mib must be >= 0")
         if any(t < 1 for t in self.extend_graph_tokens) or any(n < 2 for n in self.extend_graph_reqs):

@@ -16,7 +16,7 @@ import torch
 
 from granikv.attention.batch import StepBatch
 from granikv.attention.ops import KernelOps
-from granikv.attention.plan import CASCADE, DENSE, EXT, ROWS, DecodeMeta, DecodePlan, materialize
+from granikv.attention.plan import CASCADE, DENSE, EXT_KINDS, ROWS, DecodeMeta, DecodePlan, materialize
 from granikv.trace import span
 
 
@@ -101,9 +101,10 @@ class AttentionBackend:
         if dense is not None:
             op, lp = self.ops.prefix_dense(q, kc, vc, dense, self.sm_scale)
             self.ops.merge_(o, lse, op, lp)
-        # ROWS: COLD shared runs through a slot-table row; EXT: the run a head class's members share
-        # after the head (granikv; a request may be in one class of each kind, each merged by LSE)
-        for kind in (CASCADE, ROWS, EXT):
+        # ROWS: COLD shared runs through a slot-table row; EXT, ext2, ...: the runs a head class's
+        # members share after the head, level by level (granikv; a request may be in one class of
+        # each kind, each merged by LSE)
+        for kind in (CASCADE, ROWS, *EXT_KINDS):
             casc = m.passes.get(kind)
             if casc is not None:
                 op, lp = self.ops.prefix_cascade(q, kc, vc, casc, self.sm_scale)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from granikv.attention.plan import CASCADE, DENSE, EXT, ROWS
+from granikv.attention.plan import CASCADE, DENSE, EXT, ROWS, is_ext
 
 PLAIN = "plain"  # the request reads its prefix through the slot table like any token
 
@@ -75,6 +75,7 @@ class DispatchCounters:
     cascade_steps: int = 0  # steps with at least one cascade class
     rows_steps: int = 0  # steps with at least one COLD class read through a slot-table row
     ext_steps: int = 0  # steps with at least one extension class (nested sharing, after a head class)
+    deep_ext_steps: int = 0  # steps with a class at extension level 2 or deeper (EngineConfig.share_depth >= 3)
     paged_steps: int = 0  # steps where every request took the plain path
     contiguous_cold: int = 0  # COLD head classes whose run was one slot range, read by a slab-form pass
     class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, ROWS: 0, EXT: 0, PLAIN: 0})
@@ -93,14 +94,16 @@ class DispatchCounters:
             self.cascade_steps += 1
         if ROWS in kinds:
             self.rows_steps += 1
-        if EXT in kinds:
+        if any(is_ext(k) for k in kinds):
             self.ext_steps += 1
+        if any(is_ext(k) and k != EXT for k in kinds):
+            self.deep_ext_steps += 1
         if not kinds - {PLAIN}:
             self.paged_steps += 1
-        for d in decisions:
-            self.class_decisions[d] += 1
+        for d in decisions:  # ext2, ext3, ...: keys of their own, from a step that has them on
+            self.class_decisions[d] = self.class_decisions.get(d, 0) + 1
         for d, n in zip(decisions, sizes or (), strict=False):
-            hist = self.class_sizes[d]
+            hist = self.class_sizes.setdefault(d, {})
             hist[n] = hist.get(n, 0) + 1
 
     def as_dict(self) -> dict:
@@ -110,6 +113,7 @@ class DispatchCounters:
             "cascade_steps": self.cascade_steps,
             "rows_steps": self.rows_steps,
             "ext_steps": self.ext_steps,
+            **({"deep_ext_steps": self.deep_ext_steps} if self.deep_ext_steps else {}),
             "paged_steps": self.paged_steps,
             "contiguous_cold": self.contiguous_cold,
             "class_decisions": dict(self.class_decisions),

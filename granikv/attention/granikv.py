@@ -16,6 +16,11 @@ per class through a representative's row from the head's end on (the EXT pass), 
 slots live (the tail of a slab promoted with one agent's prompt, or COLD). So the head is read
 once per step and each agent's extension once per step, with no second copy of either.
 
+Deeper sharing (a tree of runs: a system prompt, a debate's transcript, an agent's role) repeats
+the step: the members of extension classes that share the run after theirs form level-2 classes
+(`ext2`), and so on up to `share_depth` levels (EngineConfig.share_depth; 2 = a head and one
+extension level), one launch per level, while a level's launch pays for itself.
+
 Every request's own tokens are read by the paged decode kernel from the end of its classes on;
 the partial results are merged by log-sum-exp. Requests in no class read everything on the plain
 path, exactly as the paged system would.
@@ -30,18 +35,22 @@ from granikv.attention.batch import ReqView, StepBatch
 from granikv.attention.cascade import common_prefix_len
 from granikv.attention.classes import partition_runs
 from granikv.attention.dispatch import PLAIN, DispatchCounters, DispatchPolicy
-from granikv.attention.plan import EXT, ROWS, ClassLists, DecodePlan, _pow2
+from granikv.attention.plan import EXT, MAX_SHARE_DEPTH, ROWS, ClassLists, DecodePlan, _pow2, ext_kind, is_ext
 
 
 class GraniKVBackend(AttentionBackend):
     name = "granikv"
 
     def __init__(self, *args, policy: DispatchPolicy | None = None, cold_classes: bool = True,
-                 nested: bool = True, cold_range_as_slab: bool = True, **kwargs) -> None:
+                 nested: bool = True, cold_range_as_slab: bool = True, share_depth: int = 2, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.policy = policy or DispatchPolicy(group_size=self.group_size)
         self.cold_classes = cold_classes
-        self.nested = nested  # extension classes after the head classes (EXT pass)
+        if not 1 <= share_depth <= MAX_SHARE_DEPTH:
+            raise ValueError(f"share_depth must be in 1..{MAX_SHARE_DEPTH}, got {share_depth}")
+        # shared levels read once per step: the head classes, then extension levels (EXT, ext2, ...)
+        self.share_depth = share_depth if nested else 1
+        self.nested = self.share_depth >= 2  # extension classes after the head classes (EXT pass)
         self.cold_range_as_slab = cold_range_as_slab  # EngineConfig.cold_range_as_slab
         self.counters = DispatchCounters()
         # (representative key, member key, start) -> (their slot views, slot at start, common run
@@ -76,11 +85,11 @@ class GraniKVBackend(AttentionBackend):
             if c is None:
                 c = passes[kind] = ClassLists(members=[], lens=[], bases=[] if slab else None,
                                               page_rows=None if slab else [],
-                                              starts=[] if kind == EXT else None)
+                                              starts=[] if is_ext(kind) else None)
             c.members.append(members)
             c.lens.append(length)
             (c.bases if slab else c.page_rows).append(where)
-            if kind == EXT:
+            if is_ext(kind):
                 c.starts.append(start)
             if kv_start is None:
                 kv_start = [0] * batch.num_reqs
@@ -125,7 +134,12 @@ class GraniKVBackend(AttentionBackend):
                     heads.append((PLAIN if kind == PLAIN else ROWS, members, length, batch.reqs[rep].row, False))
         paid = settle(heads)
         self.counters.contiguous_cold += sum(k in paid for k in cold_slab_kinds)
-        if self.nested and kv_start is not None:
+        # extension levels: the members of the classes so far that share the next run too, level
+        # by level, each level one pass kind (EXT, ext2, ...) while a level's launch pays for itself
+        for level in range(1, self.share_depth):
+            if kv_start is None:
+                break
+            kind_l = ext_kind(level)
             ext: dict[tuple[int, int], list[int]] = {}
             for i, start in enumerate(kv_start):
                 r = batch.reqs[i]
@@ -137,9 +151,10 @@ class GraniKVBackend(AttentionBackend):
                     continue
                 for members, length, rep in self._row_classes(batch.reqs, idx, start, first, lcp):
                     kind = self.policy.kind(len(members), length)
-                    exts.append((PLAIN if kind == PLAIN else EXT, members, length, batch.reqs[rep].row, False,
+                    exts.append((PLAIN if kind == PLAIN else kind_l, members, length, batch.reqs[rep].row, False,
                                  start))
-            settle(exts)
+            if kind_l not in settle(exts):
+                break  # nothing read once at this level: no deeper level starts from it
         self._lcp = lcp
         self._contig = contig
         self.counters.record(decisions or [PLAIN], sizes)
@@ -206,6 +221,12 @@ class GraniKVBackend(AttentionBackend):
             for c in (1, 2, 4, 8):
                 if 2 * c <= n:  # an extension class has two requests at least
                     sigs.append(((kind, 1, _pow2(n), True), (EXT, c, _pow2(-(-n // c)), False)))
+        if self.share_depth >= 3:  # a tree: c1 extension classes, each split c2 / c1 ways again
+            for c1 in (1, 2, 4, 8):
+                for c2 in (2 * c1, 4 * c1, 8 * c1):
+                    if 2 * c2 <= n:
+                        sigs.append(((kind, 1, _pow2(n), True), (EXT, c1, _pow2(-(-n // c1)), False),
+                                     (ext_kind(2), c2, _pow2(-(-n // c2)), False)))
         return sigs
 
     def warm_class_signatures(self, n: int, max_classes: int) -> list[tuple]:

@@ -24,11 +24,27 @@ ROWS = "rows"
 # a representative's slot-table row. It reads the slot table as a flat [rows * columns, 1] view,
 # so a class's "page row" is the flat position row * columns + start (`ClassLists.where`).
 EXT = "ext"
+# sharing at any depth: extension level l (l = 1 after the head, 2 after that, ...) is a pass kind
+# of its own, one launch per level, because a request reads one run per level and a pass writes
+# one partial per request; the levels are merged by log-sum-exp like every other pass
+EXT_KINDS = (EXT, "ext2", "ext3", "ext4")
+MAX_SHARE_DEPTH = 1 + len(EXT_KINDS)  # the head plus every extension level
+
+
+def ext_kind(level: int) -> str:
+    """The pass kind of extension level `level` (1 = the run right after a head class)."""
+    if not 1 <= level <= len(EXT_KINDS):
+        raise ValueError(f"extension level must be in 1..{len(EXT_KINDS)}, got {level}")
+    return EXT_KINDS[level - 1]
+
+
+def is_ext(kind: str) -> bool:
+    return kind in EXT_KINDS
 
 
 def pass_table(kind: str, slot_table: torch.Tensor) -> torch.Tensor:
-    """The slot table a pass of `kind` reads: EXT reads flat positions (see EXT)."""
-    return slot_table.view(-1, 1) if kind == EXT else slot_table
+    """The slot table a pass of `kind` reads: the extension passes read flat positions (see EXT)."""
+    return slot_table.view(-1, 1) if is_ext(kind) else slot_table
 
 
 @dataclass

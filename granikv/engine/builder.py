@@ -83,7 +83,8 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
         policy = DispatchPolicy(group_size=hq // hkv, m_sat=cfg.m_sat, min_prefix_len=cfg.min_prefix_for_hot,
                                 kv_bytes_per_token=2 * hkv * spec.head_dim * kv.k[0].element_size(),
                                 min_saved_bytes=int(min_saved * 2**20))
-        backend = GraniKVBackend(*args, policy=policy, cold_range_as_slab=cfg.cold_range_as_slab)
+        backend = GraniKVBackend(*args, policy=policy, cold_range_as_slab=cfg.cold_range_as_slab,
+                                 share_depth=cfg.share_depth)
     graphs = None
     if cfg.cuda_graphs and device.type == "cuda":
         from granikv.engine.graphs import DecodeGraphs

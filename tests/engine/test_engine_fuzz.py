@@ -172,3 +172,63 @@ def test_random_operation_sequences_at_tp2_equal_tp1(ops, seed, tight):
     assert set(outs) | aborted == set(ref) | ref_aborted
     common = set(outs) & set(ref)
     assert {r: outs[r] for r in common} == {r: ref[r] for r in common}
+
+
+# random trees of shared runs (issue #39): up to 5 levels of (fanout, run length); an "add" picks a
+# leaf (index mod leaves) or, at 16, no shared prefix
+tree_strategy = st.lists(st.tuples(st.integers(1, 3), st.integers(6, 20)), min_size=1, max_size=5).filter(
+    lambda lv: _leaves(lv) <= 16)
+tree_add_op = st.tuples(st.just("add"), st.integers(0, 16), st.integers(0, 14), st.integers(1, 24), st.booleans(),
+                        st.integers(1, 5), st.booleans())
+tree_ops_strategy = st.lists(st.one_of(tree_add_op, tree_add_op, st.tuples(st.just("step"), st.integers(1, 4)),
+                                       st.tuples(st.just("abort"), st.integers(0, 63)), st.just(("flush",))),
+                             min_size=1, max_size=24)
+
+
+def _leaves(levels) -> int:
+    n = 1
+    for fanout, _ in levels:
+        n *= fanout
+    return n
+
+
+def _tree_prompts(ops, levels, seed: int) -> dict[str, tuple[list[int], int | None, int]]:
+    """As _prompts, over the root-to-leaf paths of a tree of seeded runs."""
+    rng = random.Random(seed)
+    runs, count = [], 1
+    for fanout, length in levels:
+        count *= fanout
+        runs.append([[rng.randrange(VOCAB) for _ in range(length)] for _ in range(count)])
+    paths = []
+    for leaf in range(count):
+        path, below = [], count
+        for d, (fanout, _) in enumerate(levels):
+            below //= fanout
+            path += runs[d][leaf // below]
+        paths.append(path)
+    out = {}
+    for i, op in enumerate(ops):
+        if op[0] != "add":
+            continue
+        _, leaf, n_suffix, max_new, hint, count_, _stops = op
+        prefix = paths[leaf % count] if leaf < 16 else []
+        for j in range(count_):
+            suffix = [rng.randrange(VOCAB) for _ in range(n_suffix if prefix else max(1, n_suffix))]
+            out[f"q{i}.{j}"] = (prefix + suffix, len(prefix) if hint and prefix else None, max_new)
+    return out
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=tree_ops_strategy, levels=tree_strategy, seed=st.integers(0, 2**16), tight=st.booleans(),
+       overlap=st.booleans(), depth=st.integers(2, 5), knobs=knobs_strategy)
+def test_random_trees_at_any_share_depth_same_tokens_and_no_leaks(ops, levels, seed, tight, overlap, depth, knobs):
+    """Requests over a random tree of shared runs (up to depth 5), with promotions, retractions,
+    aborts and flushes, audit after every step: granikv reading up to `depth` levels once per step
+    gives paged's tokens and leaks nothing."""
+    prompts = _tree_prompts(ops, levels, seed)
+    ref, ref_aborted = _replay("paged", ROOMY, ops, prompts, overlap=False)
+    outs, aborted = _replay("granikv", TIGHT if tight else ROOMY, ops, prompts, overlap=overlap,
+                            knobs={**knobs, "share_depth": depth, "min_prefix_for_hot": 6})
+    common = set(outs) & set(ref)
+    assert set(outs) | aborted == set(ref) | ref_aborted
+    assert {r: outs[r] for r in common} == {r: ref[r] for r in common}

@@ -225,3 +225,60 @@ def test_promotion_leaves_hinted_slabs_of_other_prompts_alone(case):
     eng = Engine(tiny_config("granikv", kernel_impl="torch", chunked_prefill_tokens=chunk, min_prefix_for_hot=16))
     assert run_waves(eng, waves) == ref
     assert eng.stats()["storage"]["promotions_committed"] > 0
+
+
+def tree_prompts(seed: int, levels=((1, 64), (2, 32), (2, 24)), per_leaf: int = 3, vocab: int = 1024):
+    """The `tree` workload in small: a run per node, request on leaf j = the root-to-leaf runs and a
+    5-20 token suffix; one seed request per leaf first, then the rest; (prompt, hint, leaf)."""
+    rng = random.Random(seed)
+    runs, count = [], 1
+    for fanout, length in levels:
+        count *= fanout
+        runs.append([[rng.randrange(vocab) for _ in range(length)] for _ in range(count)])
+    seeds, rest = [], []
+    for leaf in range(count):
+        path, below = [], count
+        for d, (fanout, _) in enumerate(levels):
+            below //= fanout
+            path += runs[d][leaf // below]
+        for j in range(per_leaf + 1):
+            p = path + [rng.randrange(vocab) for _ in range(rng.randrange(5, 21))]
+            (rest if j else seeds).append((p, len(path), leaf))
+    rng.shuffle(rest)
+    return seeds + rest
+
+
+@pytest.mark.parametrize("hot", [True, False])
+def test_a_tree_reads_each_shared_level_once_per_step(hot):
+    """Issue #39: with share_depth 3 the root, each mid node and each leaf run are read once per
+    step (head, EXT and ext2 classes); tokens equal paged's and the two-level engine's, which never
+    forms a level-2 class; audit after every step."""
+    prompts = tree_prompts(0)
+    ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False)
+    kw = dict(kernel_impl="torch", min_prefix_for_hot=16, prefix_pass_min_saved_mib=0)
+    if not hot:
+        kw.update(hot_fraction=0.001, promote_min_refs=0)
+    eng = Engine(tiny_config("granikv", share_depth=3, **kw))
+    plans: list = []
+    assert run_agents(eng, prompts, hints=False, plans=plans) == ref
+    full = [p for p, leaves in plans if len(leaves) == len(prompts) and "ext2" in p.passes]
+    assert full, "no step read a level-2 class"
+    for plan in full:
+        leaves = next(lv for p, lv in plans if p is plan)
+        by_leaf = sorted(sorted(m) for m in plan.passes["ext2"].members)
+        assert by_leaf == sorted([i for i, lf in enumerate(leaves) if lf == leaf] for leaf in set(leaves))
+        assert plan.passes["ext2"].lens == [24] * 4 and plan.kv_start == [120] * len(prompts)
+    assert eng.stats()["attention"]["deep_ext_steps"] >= len(full)
+    two: list = []
+    assert run_agents(Engine(tiny_config("granikv", share_depth=2, **kw)), prompts, hints=False, plans=two) == ref
+    assert not any("ext2" in p.passes for p, _ in two)
+
+
+def test_level_two_classes_through_triton_kernels():
+    """ext2 through the Triton prefix kernel's flat page-row form (interpreter on CPU)."""
+    prompts = tree_prompts(3, levels=((1, 32), (2, 16), (2, 16)), per_leaf=1)
+    ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False, steps=3)
+    eng = Engine(tiny_config("granikv", share_depth=3, hot_fraction=0.001, promote_min_refs=0,
+                             min_prefix_for_hot=16, prefix_pass_min_saved_mib=0))
+    assert run_agents(eng, prompts, hints=False, steps=3) == ref
+    assert eng.stats()["attention"].get("deep_ext_steps", 0) > 0

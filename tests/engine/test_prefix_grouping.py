@@ -213,3 +213,69 @@ def test_a_cold_run_in_one_slot_range_is_read_as_a_slab():
     perm[[10, 11]] = perm[[11, 10]]
     views = [_view(i, np.r_[perm, 20_000 + 10 * i + np.arange(4)]) for i in range(3)]
     assert set(_backend().plan_decode(_batch(views)).passes) == {ROWS}
+
+
+def _tree_views(levels=((1, 600), (2, 400), (2, 300)), per_leaf=2, hot_base=1):
+    """Requests over a tree of runs: the root a slab from `hot_base` (or COLD when None), every
+    deeper node a COLD run of its own, then a private suffix per request; leaf j gets `per_leaf`
+    requests (request i on leaf i mod leaves, as the tree workload assigns them)."""
+    runs, count, base = [], 1, 40_000
+    for fanout, length in levels:
+        count *= fanout
+        runs.append([base + 1000 * j + np.arange(length) for j in range(count)])
+        base += 1000 * count
+    # a COLD root of scattered slots (read through a row; a contiguous one would be read as a slab)
+    root = 20_000 + 3 * np.arange(levels[0][1]) if not hot_base else np.arange(hot_base, hot_base + levels[0][1])
+    views = []
+    for i in range(per_leaf * count):
+        leaf, parts, below = i % count, [root], count
+        for d, (fanout, _) in enumerate(levels[1:], start=1):
+            below //= fanout
+            parts.append(runs[d][leaf // below])
+        slab = (hot_base, levels[0][1]) if hot_base else None
+        views.append(_view(i, np.r_[(*parts, 90_000 + 50 * i + np.arange(5))], slab=slab))
+    return views
+
+
+def _deep_backend(depth):
+    args = ([], [], None, 32, 8, 128, KernelOps("torch"))
+    return GraniKVBackend(*args, policy=DispatchPolicy(group_size=4, m_sat=10_000, min_prefix_len=256),
+                          share_depth=depth)
+
+
+def test_a_tree_is_read_level_by_level_up_to_the_share_depth():
+    """Issue #39: every shared level read once per step, one pass kind per level; the cap stops
+    at two levels (the head and one extension), the rest read by each request's own decode."""
+    for hot_base in (1, None):
+        views = _tree_views(hot_base=hot_base)  # root 600 (8 readers), 2 x 400 (4 each), 4 x 300 (2 each)
+        deep = _deep_backend(3).plan_decode(_batch(views))
+        head = deep.passes[CASCADE if hot_base else ROWS]
+        assert head.members == [list(range(8))] and head.lens == [600]
+        ext, ext2 = deep.passes[EXT], deep.passes["ext2"]
+        assert sorted(ext.members) == [[0, 1, 4, 5], [2, 3, 6, 7]] and ext.lens == [400, 400]
+        assert ext.starts == [600, 600]
+        assert sorted(ext2.members) == [[0, 4], [1, 5], [2, 6], [3, 7]] and ext2.lens == [300] * 4
+        assert ext2.starts == [1000] * 4
+        assert all(row in m for row, m in zip(ext2.page_rows, ext2.members, strict=True))
+        assert deep.kv_start == [1300] * 8
+        capped = _deep_backend(2).plan_decode(_batch(views))
+        assert "ext2" not in capped.passes and capped.kv_start == [1000] * 8
+        assert _deep_backend(4).plan_decode(_batch(views)).passes.keys() == deep.passes.keys()  # no 4th level
+    b = _deep_backend(3)
+    b.plan_decode(_batch(_tree_views()))
+    st = b.stats()
+    assert st["deep_ext_steps"] == 1 and st["class_sizes"]["ext2"] == {"2": 4}
+    assert "deep_ext_steps" not in _deep_backend(2).stats()  # a two-level engine's stats are unchanged
+
+
+def test_share_depth_bounds_and_warm_signatures():
+    import pytest
+
+    with pytest.raises(ValueError):
+        _deep_backend(0)
+    with pytest.raises(ValueError):
+        _deep_backend(6)
+    two, three = _deep_backend(2).warm_signatures(256), _deep_backend(3).warm_signatures(256)
+    assert set(two) < set(three)
+    plan = _deep_backend(3).plan_decode(_batch(_tree_views(levels=((1, 600), (4, 400), (4, 300)), per_leaf=16)))
+    assert plan.signature() in three  # the tree of issue #39's bar (scaled): its graph is captured at start
