@@ -94,6 +94,7 @@ wildcard_constraints:
 rule all:
     input:
         f"{TABLES}/README.md",
+        f"{TABLES}/tree.md",
         f"{PLOTS}/.done",
 
 
@@ -212,6 +213,18 @@ rule tables:
         view=1,
     shell:
         MAKE_VIEW + f"{PYTHON} -m harness.tables --results {VIEW} --out {TABLES}"
+
+
+rule tree_page:
+    """Sharing at any depth (the tree sweep's points) against issue #39's bars."""
+    input:
+        ALL_INPUTS,
+    output:
+        f"{TABLES}/tree.md",
+    resources:
+        view=1,
+    shell:
+        MAKE_VIEW + f"{PYTHON} -m harness.tree_table --results {VIEW} --out {TABLES}/tree.md"
 
 
 rule plots:

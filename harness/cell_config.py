@@ -37,7 +37,7 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
         "system": cfg.system.name, "model": cfg.model.name, "tp": cfg.tp, "workload": cfg.workload.kind,
         "lp": cfg.lp, "batch": cfg.batch, "k": cfg.k, "rep": cfg.rep, "hot_fraction": cfg.hot_fraction,
         "cold_page_size": cfg.cold_page_size, "page_size": cfg.page_size, "m_sat": cfg.m_sat,
-        "rate": rate_value(cfg.rate), "tag": cfg.get("tag"),
+        "rate": rate_value(cfg.rate), "tag": cfg.get("tag"), "share_depth": cfg.get("share_depth"),
     }
 
 
@@ -188,6 +188,8 @@ def engine_args(cfg: DictConfig, max_context: int) -> dict[str, Any]:
     }
     if cfg.system.name == "granikv":  # the dispatcher's plain-path threshold, fitted per GPU
         args["prefix_pass_min_saved_mib"] = cfg.hardware.get("prefix_pass_min_saved_mib")
+        if cfg.get("share_depth") is not None:  # granikv's knob: levels of a tree read once per step
+            args["share_depth"] = int(cfg.share_depth)
     args.update(plain(cfg.system.get("engine_args")) or {})
     args.update(plain(cfg.server.extra) or {})
     known = {f.name for f in fields(EngineConfig)}

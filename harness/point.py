@@ -53,10 +53,11 @@ from harness.sweeps import (
     sweep_cells,
 )
 
-# granikv's own knobs (HOT share, COLD page size, the dispatcher's M_sat: the engine reads each
-# only for granikv): a point's granikv cells may set them (Tables 13, 14, 18, 21, 24) while its
-# baselines keep the defaults, so they do not split a point
-GRANIKV_KNOBS = ("hot_fraction", "cold_page_size", "m_sat")
+# granikv's own knobs (HOT share, COLD page size, the dispatcher's M_sat, the levels of a tree read
+# once per step: the engine reads each only for granikv): a point's granikv cells may set them
+# (Tables 13, 14, 18, 21, 24; the tree sweep's two-level A/B) while its baselines keep the
+# defaults, so they do not split a point
+GRANIKV_KNOBS = ("hot_fraction", "cold_page_size", "m_sat", "share_depth")
 SYSTEM_ORDER = ("paged", "cascade", "granikv")
 # what a cell line names besides its point: its system, its knobs, and whether it may overwrite
 _NOT_POINT = frozenset({"system", "overwrite", *GRANIKV_KNOBS})

@@ -54,14 +54,15 @@ GRID_LEVELS = ("paper", "reduced", "smoke")
 _FALLBACK = {"smoke": ("smoke", "reduced", "paper"), "reduced": ("reduced", "paper"), "paper": ("paper",)}
 
 # The cell id: identity keys always, then these when they differ from conf/config.yaml.
-ID_EXTRAS = ("hot_fraction", "cold_page_size", "page_size", "m_sat", "rate", "tag")
+ID_EXTRAS = ("hot_fraction", "cold_page_size", "page_size", "m_sat", "share_depth", "rate", "tag")
 CELL_DEFAULTS: Mapping[str, Any] = {"hot_fraction": 0.2, "cold_page_size": 1, "page_size": 16, "m_sat": None,
-                                    "rate": "inf", "k": 1, "rep": 0, "tp": 1, "tag": None}
+                                    "share_depth": None, "rate": "inf", "k": 1, "rep": 0, "tp": 1, "tag": None}
 # Keys a sweep may set on a cell (top-level keys of conf/config.yaml, group names included).
 CELL_KEYS = ("system", "model", "tp", "workload", "lp", "batch", "k", "rate", "num_prompts", "output_len",
              "hot_fraction", "page_size", "cold_page_size", "m_sat", "rep", "tag", "warmup", "flush_cache",
              "profile", "hardware", "stands_for", "workload.lps", "workload.max_turn_tokens",
-             "workload.suffix_len", "server.max_context")
+             "workload.suffix_len", "server.max_context", "share_depth", "workload.levels", "workload.jitter",
+             "workload.rounds", "workload.la")
 
 
 def _fmt(v: Any) -> str:

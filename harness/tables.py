@@ -50,7 +50,7 @@ def headline_block(results: ResultSet) -> str:
 
 
 # granikv's own knobs (harness.point.GRANIKV_KNOBS): a cell id suffix that does not split a point
-_KNOBS = ("hot_fraction", "cold_page_size", "m_sat")
+_KNOBS = ("hot_fraction", "cold_page_size", "m_sat", "share_depth")
 
 
 @dataclass(frozen=True, order=True)

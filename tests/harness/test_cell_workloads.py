@@ -53,3 +53,15 @@ def test_a_debate_cell_runs_closed_loop_on_the_engine(tmp_path, api):
     want = [static + rnd * 2 * 4 for _debate in range(2) for rnd in range(3) for _agent in range(2)]
     assert [r["prompt_len"] for r in recs] == want
     assert doc["config"]["max_context"] >= static + 2 * 2 * 4 + 4
+
+
+@pytest.mark.slow
+def test_a_tree_cell_reads_level_two_once_with_the_share_depth_knob(tmp_path):
+    """`share_depth=3` (granikv's knob, in the cell id like m_sat) reaches the engine: the leaves'
+    runs are read by level-2 classes (`ext2`), which a two-level engine never forms."""
+    doc = _cell(tmp_path, "workload=tree", "workload.levels=[[1,260],[2,260],[2,260]]", "k=4", "num_prompts=8",
+                "batch=8", "share_depth=3")
+    assert doc["config"]["cell_id"] == "granikv-tiny-tp1-tree-lp0-b8-k4-r0-share_depth3"
+    assert (doc["metrics"]["completed"], doc["metrics"]["failed"]) == (8, 0)
+    e = doc["engine"]
+    assert e["deep_ext_steps"] > 0 and e["class_decisions"]["ext2"] > 0, e
