@@ -23,7 +23,7 @@ def _cell(root: Path, workload: str, system: str, depth: int | None, rep: int, c
 
 
 def _point(root, workload, rep, call, toks, calls=None):
-    for (label, system, depth), tok, c in zip(tree_table.VARIANTS, toks, calls or [call] * 4, strict=True):
+    for (_label, system, depth), tok, c in zip(tree_table.VARIANTS, toks, calls or [call] * 4, strict=True):
         _cell(root, workload, system, depth, rep, c, tok)
 
 
