@@ -25,6 +25,7 @@ import numpy as np
 from aiohttp import web
 
 from granikv.engine.request import SamplingParams
+from granikv.runtime.loop import EngineLoop  # torch-free: the server process never imports torch
 from granikv.server.body import BodyLimits, max_request_bytes, read_json
 from granikv.server.errors import (
     ENGINE_FAILURE,
@@ -36,7 +37,6 @@ from granikv.server.errors import (
     event_error,
     native_response,
 )
-from granikv.server.loop import EngineLoop  # torch-free: the server process never imports torch
 from granikv.server.metrics import Metrics
 from granikv.server.middleware import middlewares
 from granikv.server.openai_api import OpenAIRoutes

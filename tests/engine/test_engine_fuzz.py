@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from granikv.engine.request import SamplingParams, Status
-from granikv.engine.tp import create_engine
+from granikv.runtime.tp import create_engine
 
 PREFIX_LENS = (33, 17, 52, 53)  # class 4 = no shared prefix
 # prefixes 2 and 3 are prefix 0 plus 19 and 20 tokens of their own: two agents' roles after a shared

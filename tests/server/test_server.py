@@ -15,12 +15,13 @@ import pytest
 from aiohttp import web
 from engine_testutil import tiny_config
 from hypothesis import HealthCheck, given, settings
-from server_testutil import answer_is_below_500_and_the_server_keeps_serving, any_body, free_port, run, serving, stream
 
 from granikv.engine.engine import Engine
+from granikv.runtime.loop import EngineLoop
 from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
-from granikv.server.loop import EngineLoop
 from granikv.server.text import TextCodec
+
+from .server_testutil import answer_is_below_500_and_the_server_keeps_serving, any_body, free_port, run, serving, stream
 
 
 @pytest.fixture(scope="module")
