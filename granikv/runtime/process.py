@@ -335,7 +335,7 @@ class EngineProcess:
             return q
         # int32 bytes, not a list: the engine process unpickles it in ~3 µs instead of ~0.27 ms
         # for a 16K-token prompt, and add_request skips the list conversion (the ids are checked
-        # integers in [0, vocab) by now: app._ids)
+        # integers in [0, vocab) by now: validation.RequestValidator.prompt_ids)
         self._send(("add", rid, np.asarray(input_ids, dtype=np.int32), params, shared_prefix_len))
         return q
 

@@ -168,7 +168,7 @@ async def _run(args: argparse.Namespace, loop, codec: TextCodec, sock: socket.so
     runner = app_runner(app)
     await runner.setup()
     await web.SockSite(runner, sock, backlog=args.backlog).start()
-    what = describe_engine(loop.info, server.context_limit)
+    what = describe_engine(loop.info, server.checks.context_limit)
     log.info("serving on http://%s:%d: %s%s", args.host, args.port, what,
              "" if args.api_key is None else "; API key required")
     print(f"granikv server ready on http://{args.host}:{args.port} ({what})", flush=True)

@@ -189,7 +189,7 @@ def test_prompt_ids_reach_the_engine_as_checked_int32_arrays():
     s = Server(Info(), TextCodec(None))
     g = s._parse_generate({"input_ids": [0, 7, 255], "sampling_params": {"max_new_tokens": 3}})
     assert g.input_ids.dtype == np.int32 and g.input_ids.tolist() == [0, 7, 255]
-    assert s._ids(None, "hi").tolist() == [104, 105]  # text: the id codec (ASCII characters are their codes)
+    assert s.checks.prompt_ids(None, "hi").tolist() == [104, 105]  # text: the id codec (ASCII: their codes)
 
 
 @pytest.mark.parametrize("stream", [False, True])
