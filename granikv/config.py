@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
 
-System = Literal["paged", "cascade", "granikv"]
-SYSTEMS: tuple[str, ...] = ("paged", "cascade", "granikv")
+# The systems' names. `granikv.systems.SYSTEMS` is the registry keyed by them; it imports the
+# attention backends (torch), so this torch-free module keeps the names on its own
+# (tests/test_system_registry.py holds the two equal).
+SYSTEM_NAMES: tuple[str, ...] = ("paged", "cascade", "granikv")
 
 # The dispatcher's break-even on an H200 (Llama-3.1-8B, TP=1; conf/hardware/h200.yaml, docs/
 # performance.md, "prefix_pass_min_saved_mib"): a pass launch pays once its classes avoid this many
@@ -24,7 +25,8 @@ class EngineConfig:
     """Everything that decides how one engine instance stores KV and decodes.
 
     The three systems share the model, scheduler, prefill kernel and sampler; they differ only
-    in `system` (storage policy + decode attention), so their throughputs compare cleanly.
+    in `system` (storage policy + decode attention: granikv.systems), so their throughputs
+    compare cleanly.
     """
 
     model: str = "tiny"  # a name under conf/model/, or a directory holding an HF config.json
@@ -105,8 +107,8 @@ class EngineConfig:
     extend_graph_reqs: tuple[int, ...] = (2, 4, 8)
 
     def __post_init__(self) -> None:
-        if self.system not in SYSTEMS:
-            raise ValueError(f"system must be one of {SYSTEMS}, got {self.system!r}")
+        if self.system not in SYSTEM_NAMES:
+            raise ValueError(f"system must be one of {SYSTEM_NAMES}, got {self.system!r}")
         if self.tp < 1:
             raise ValueError(f"tp must be >= 1, got {self.tp}")
         if not 0.0 <= self.hot_fraction < 1.0:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 import hydra
 from omegaconf import DictConfig
 
-from granikv.server import aio
+from granikv.runtime import aio
 from harness import systems
 from harness.cell_config import (
     CellError,

@@ -61,7 +61,7 @@ from typing import Any
 
 import aiohttp
 
-from granikv.server import aio
+from granikv.runtime import aio
 from harness.metrics import RequestRecord, compute_metrics
 from harness.workloads import WorkloadRequest, is_closed_loop, read_workload
 

@@ -7,7 +7,7 @@ prefix re-reads. Taking the k requests with the longest runs and the k that maxi
 `(k - 1) * run_k` picks that class; a request that shares one more token with another (a common
 suffix token, a longer agent prompt) therefore never splits a class, and one short run never
 shortens a long class. What is left forms further classes the same way
-(tests/engine/test_prefix_grouping.py).
+(tests/attention/test_prefix_grouping.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Builds an engine's parts from an EngineConfig: model, KV cache, storage, backend, runner.
+"""Builds an engine's parts from an EngineConfig: model, KV cache, storage, backend, runner
+(the storage and backend of `cfg.system` as granikv.systems declares them).
 
 KV sizing, in order of precedence: `num_slots` (tests), `kv_budget_gb` (emulate a smaller
 GPU, e.g. the paper's A100-40GB), else `mem_fraction` of the device memory left after the
@@ -12,19 +13,15 @@ from dataclasses import dataclass
 import torch
 
 from granikv.attention.base import AttentionBackend
-from granikv.attention.cascade import CascadeBackend
-from granikv.attention.dispatch import DispatchPolicy
-from granikv.attention.granikv import GraniKVBackend
 from granikv.attention.ops import KernelOps
-from granikv.attention.paged import PagedBackend
-from granikv.config import PREFIX_PASS_MIN_SAVED_MIB, EngineConfig
+from granikv.config import EngineConfig
 from granikv.dist import TPGroup
 from granikv.engine.runner import ModelRunner
 from granikv.kernels import ExtendSplitPolicy
 from granikv.memory.kv_cache import KVCache
-from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import ModelSpec, load_spec
 from granikv.model.weights import load_model
+from granikv.systems import BackendInputs, system
 
 CPU_DEFAULT_SLOTS = 1 << 16
 
@@ -66,25 +63,13 @@ def build_components(cfg: EngineConfig, device: torch.device, dtype: torch.dtype
     hkv = spec.num_kv_heads // tp.world_size
     hq = spec.num_heads // tp.world_size
     kv = KVCache(spec.num_layers, n_slots, hkv, spec.head_dim, dtype, device)
-    storage = storage_from_config(cfg, n_slots)
+    parts = system(cfg.system)
+    storage = parts.storage(cfg, n_slots)
     # one extra all-zero row: padded batch entries read it (slot 0 only)
     slot_table = torch.zeros(cfg.max_running + 1, cfg.max_context, dtype=torch.int32, device=device)
     ops = KernelOps(cfg.kernel_impl, split_extend=cfg.extend_split_keys,
                     split_policy=ExtendSplitPolicy.named(cfg.extend_split_rule))
-    args = (kv.k, kv.v, slot_table, hq, hkv, spec.head_dim, ops)
-    if cfg.system == "paged":
-        backend: AttentionBackend = PagedBackend(*args)
-    elif cfg.system == "cascade":
-        backend = CascadeBackend(*args, min_prefix_len=cfg.min_prefix_for_hot)
-    else:
-        min_saved = cfg.prefix_pass_min_saved_mib
-        if min_saved is None:
-            min_saved = PREFIX_PASS_MIN_SAVED_MIB if device.type == "cuda" else 0.0
-        policy = DispatchPolicy(group_size=hq // hkv, m_sat=cfg.m_sat, min_prefix_len=cfg.min_prefix_for_hot,
-                                kv_bytes_per_token=2 * hkv * spec.head_dim * kv.k[0].element_size(),
-                                min_saved_bytes=int(min_saved * 2**20))
-        backend = GraniKVBackend(*args, policy=policy, cold_range_as_slab=cfg.cold_range_as_slab,
-                                 share_depth=cfg.share_depth)
+    backend = parts.backend(cfg, BackendInputs(kv.k, kv.v, slot_table, hq, hkv, spec.head_dim, ops, device))
     graphs = None
     if cfg.cuda_graphs and device.type == "cuda":
         from granikv.engine.graphs import DecodeGraphs

@@ -20,6 +20,7 @@ from granikv.engine.runner import Launched
 from granikv.engine.sampling import TokenLogprobs
 from granikv.engine.scheduler import Scheduler
 from granikv.engine.steplog import StepLog
+from granikv.systems import system
 from granikv.trace import span
 
 
@@ -82,7 +83,7 @@ class Engine:
         self.startup["capture_s"] = self.graphs_at_start["seconds"]
         self.scheduler = Scheduler(
             self.storage, config.max_running, config.max_context, config.chunked_prefill_tokens,
-            on_row_assigned=self.runner.write_row,
+            on_row_assigned=self.runner.write_row, prefix_slabs=system(config.system).capabilities.prefix_slabs,
         )
         self.eos_ids: tuple[int, ...] = c.eos_ids
         self._ids = itertools.count()

@@ -45,8 +45,11 @@ class Step:
 
 class Scheduler:
     def __init__(self, storage, max_running: int, max_context: int, chunked_prefill_tokens: int,
-                 on_row_assigned=None, defer_block_tokens: int = 16) -> None:
+                 on_row_assigned=None, defer_block_tokens: int = 16, prefix_slabs: bool = False) -> None:
         self.storage = storage
+        # the system's `Capabilities.prefix_slabs` (granikv.systems): a named shared prefix gets
+        # a HOT slab, so one admitted without a slab counts as a fallback (`hot_fallbacks`)
+        self.prefix_slabs = prefix_slabs
         self.max_running = max_running
         self.max_context = max_context
         self.chunk_tokens = max(1, chunked_prefill_tokens)
@@ -149,7 +152,7 @@ class Scheduler:
         if req.shared_prefix_len:
             if p is not None:
                 self.hot_admits += 1
-            elif self.storage.system == "granikv":
+            elif self.prefix_slabs:
                 self.hot_fallbacks += 1
         req.slots = adm.slots
         req.status = Status.RUNNING

@@ -1,4 +1,5 @@
-"""HOT admission: which prefix gets a slab (paper §3.2, B.10, and the promotion rule of DESIGN §4).
+"""HOT admission: which prefix gets a slab (paper §3.2, B.10, and the promotion rule of
+docs/design.md, "Storage").
 
 Two ways into HOT:
 - explicit: a request names its shared prefix (`shared_prefix_len`); if that prefix is not cached

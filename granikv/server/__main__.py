@@ -2,8 +2,8 @@
 
 Serves SGLang's native API (/generate, /get_model_info, /health_generate, ...), the OpenAI API
 (/v1/models, /v1/completions, /v1/chat/completions) and Prometheus /metrics. Runs on a CPU
-host as it is (`--device cpu`: the torch reference kernels, engine_setup.py) and prints what runs
-once it is ready. Binds 127.0.0.1 unless --host says otherwise.
+host as it is (`--device cpu`: the torch reference kernels, granikv/runtime/engine_setup.py) and
+prints what runs once it is ready. Binds 127.0.0.1 unless --host says otherwise.
 
 Its life, as a supervisor (systemd, Kubernetes, a Slurm job, harness.systems) sees it:
 - start: the address is bound before the engine is built (minutes on a GPU), so a port in use is
@@ -31,10 +31,10 @@ import sys
 
 from aiohttp import web
 
-from granikv.server import aio
+from granikv.runtime import aio
+from granikv.runtime.engine_setup import build_engine, describe_engine
 from granikv.server.app import LISTEN_BACKLOG, SERVER, app_runner, build_app
 from granikv.server.cli import add_engine_args, config_from_args, host_request
-from granikv.server.engine_setup import build_engine, describe_engine
 from granikv.server.text import TextCodec
 
 log = logging.getLogger("granikv.server")
@@ -131,14 +131,14 @@ async def serve(args: argparse.Namespace) -> int:
     engine = None
     try:
         if args.engine_thread:
-            from granikv.server.loop import EngineLoop
+            from granikv.runtime.loop import EngineLoop
 
             engine = build_engine(cfg, request)
             loop = EngineLoop(engine)
             loop.start()
             codec = TextCodec(cfg.model_path, vocab_size=loop.info["vocab_size"], tokenizer=args.tokenizer_path)
         else:
-            from granikv.server.proc import EngineProcess
+            from granikv.runtime.process import EngineProcess
 
             loop = EngineProcess(cfg, factory=functools.partial(build_engine, requested=request))
             # the engine process boots (imports torch, builds, captures) while this one loads the
@@ -168,7 +168,7 @@ async def _run(args: argparse.Namespace, loop, codec: TextCodec, sock: socket.so
     runner = app_runner(app)
     await runner.setup()
     await web.SockSite(runner, sock, backlog=args.backlog).start()
-    what = describe_engine(loop.info, server.context_limit)
+    what = describe_engine(loop.info, server.checks.context_limit)
     log.info("serving on http://%s:%d: %s%s", args.host, args.port, what,
              "" if args.api_key is None else "; API key required")
     print(f"granikv server ready on http://{args.host}:{args.port} ({what})", flush=True)

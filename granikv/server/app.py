@@ -1,5 +1,6 @@
-"""The aiohttp application: the SGLang-native routes, request validation shared with the
-OpenAI routes (openai_api.py), and the control endpoints.
+"""The aiohttp application: the SGLang-native routes (`Server`) and the control endpoints, and the
+app that serves them beside the OpenAI routes (openai_api.py), both over the state every route
+shares (state.py) and its request checks (validation.py).
 
 Nothing a client sends may crash the server or stall it for others: every malformed request gets
 a 4xx with a reason in JSON (middleware.py), bodies are bounded before they are parsed (body.py),
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -25,34 +25,19 @@ import numpy as np
 from aiohttp import web
 
 from granikv.engine.request import SamplingParams
-from granikv.server.body import BodyLimits, max_request_bytes, read_json
-from granikv.server.errors import (
-    ENGINE_FAILURE,
-    SHUTDOWN,
-    ApiError,
-    BadRequest,
-    EngineUnavailable,
-    ShuttingDown,
-    event_error,
-    native_response,
-)
-from granikv.server.loop import EngineLoop  # torch-free: the server process never imports torch
-from granikv.server.metrics import Metrics
+from granikv.runtime.loop import EngineLoop  # torch-free: the server process never imports torch
+from granikv.server.errors import ApiError, BadRequest, native_response
 from granikv.server.middleware import middlewares
 from granikv.server.openai_api import OpenAIRoutes
 from granikv.server.params import as_int, get, parse_native_sampling
+from granikv.server.state import ServerState
 from granikv.server.text import TextCodec
-
-log = logging.getLogger("granikv.server")
 
 HEALTH_GENERATE_TIMEOUT_S = 30.0  # /health_generate: one token (or any engine output), or 503
 MAX_PROFILE_STEPS = 1000  # a window long enough for any table, short enough to stay in memory
 # /metrics waits this long for the engine's counters, then serves the last ones it got: the engine
 # answers between steps, and one CPU prefill step can take seconds (a scrape must not time out)
 METRICS_ENGINE_WAIT_S = 0.5
-# a text prompt longer than this many characters per token of the context is refused before it is
-# tokenized (no tokenizer makes tokens that long on average; tokenizing megabytes holds the loop)
-MAX_CHARS_PER_TOKEN = 64
 
 # The listen queue. A benchmark client at B=256 opens ~250 connections at once; aiohttp's default
 # backlog of 128 overflows, the kernel drops the SYNs beyond it, and those clients retry only after
@@ -76,184 +61,29 @@ class GenerateRequest:
     rid: str
 
 
-class Server:
+class Server(ServerState):
+    """The SGLang-native routes (/generate, health, information, /metrics) and the control
+    endpoints (/flush_cache, /profile), over the state every route shares."""
+
     def __init__(self, loop: EngineLoop, codec: TextCodec, incremental_streaming_output: bool = False,
                  served_model_name: str | None = None, model_path: str | None = None,
                  context_length: int | None = None, health_timeout_s: float = HEALTH_GENERATE_TIMEOUT_S,
                  max_request_bytes_: int | None = None) -> None:
-        self.loop = loop  # EngineLoop (engine thread) or EngineProcess (engine process): one interface
-        self.codec = codec
+        super().__init__(loop, codec, served_model_name, model_path, context_length, max_request_bytes_)
         # SGLang's server flag of the same name: streamed /generate chunks carry only the new text
         # and ids instead of everything so far (the default, as SGLang's), whose bytes grow with
         # the square of the output length: 6 MB per 1024-token request, which the client must
         # parse (docs/performance.md, "Incremental streaming")
         self.incremental = incremental_streaming_output
-        info = loop.info
-        self.vocab = info["vocab_size"]
-        self.max_context = info["max_context"]  # the engine's slot-table width: a hard limit
-        self.model = info["model"]
-        # the context limit: the model's own (max_position_embeddings) within the engine's, or
-        # a smaller one the operator set (--context-length)
-        self.context_limit = min(self.max_context, info.get("max_position_embeddings") or self.max_context,
-                                 context_length or self.max_context)
-        # the most tokens (prompt + output) the KV cache holds for one request: more is a 400
-        self.kv_capacity = info.get("kv_capacity") or self.context_limit
-        self.limits = BodyLimits(max_request_bytes_ or max_request_bytes(self.context_limit))
-        self.served_name = served_model_name or self.model
-        self.model_path = model_path
-        self.model_names = {n for n in (self.served_name, model_path) if n}
-        self.logprobs_supported = bool(info.get("logprobs"))
         self.health_timeout_s = health_timeout_s
-        self.metrics = Metrics()
-        self.started = time.time()
-        self.chunks_sent = 0  # streamed events written, for /server_info's "server" section
-        self._failure_logged = False
-        # a shutdown in progress: new work is refused (503) while in-flight requests finish
-        self.draining = False
-        self.inflight = 0  # generation handlers running (a shutdown waits for them)
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._engine_stats: dict | None = None  # the last engine counters /metrics got
         self._stats_call: asyncio.Future | None = None
 
-    # -- the engine's failure ---------------------------------------------------------------------
-    def engine_error_seen(self) -> None:
-        """Log the engine's traceback once, the first time a handler meets its failure."""
-        fatal = getattr(self.loop, "fatal", None)
-        if fatal and not self._failure_logged:
-            self._failure_logged = True
-            log.error("the engine failed; requests are answered 503 from now on:\n%s", fatal)
-
-    def check_alive(self) -> None:
-        """Refuse new work once the engine failed, or while the server shuts down (503)."""
-        if getattr(self.loop, "fatal", None):
-            self.engine_error_seen()
-            raise EngineUnavailable()
-        if self.draining:
-            raise ShuttingDown()
-
-    # -- shutdown --------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def tracked(self):
-        """Count a generation handler as in flight for as long as it runs (`drain` waits on it)."""
-        self.inflight += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self.inflight -= 1
-            if self.inflight == 0:
-                self._idle.set()
-
-    async def drain(self, timeout_s: float) -> bool:
-        """Refuse new work and wait up to `timeout_s` for in-flight requests to finish; True when
-        they all did. Those still running afterwards are `cut`."""
-        self.draining = True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout_s)
-            return True
-        except TimeoutError:
-            return False
-
-    async def cut(self, wait_s: float = 5.0) -> None:
-        """End every in-flight request now: each gets its API's error (a 503, or an error event
-        and [DONE] on a stream that already started), and the engine frees its KV."""
-        self.draining = True
-        self.loop.fail_all(SHUTDOWN)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), wait_s)  # the handlers write their errors
-
-    def event_failure(self, error: str) -> ApiError:
-        """The answer to an engine Event's error (errors.event_error), logging an engine failure."""
-        if error == ENGINE_FAILURE or getattr(self.loop, "fatal", None):
-            self.engine_error_seen()
-            return EngineUnavailable()
-        return event_error(error)
-
-    # -- validation (shared with openai_api) ------------------------------------------------------
-    async def json_body(self, request: web.Request) -> dict:
-        return await read_json(request, self.limits)
-
-    def encode_text(self, text: str, field: str) -> list[int]:
-        """The prompt text's token ids. Text is bounded before it is tokenized (a prompt of
-        megabytes holds the event loop), and text that is not valid Unicode (a lone UTF-16
-        surrogate, which JSON's \\u escapes allow) is the client's error, not a 500."""
-        if len(text) > MAX_CHARS_PER_TOKEN * self.context_limit:
-            raise BadRequest(f"{field} of {len(text)} characters exceeds the context length "
-                             f"{self.context_limit} tokens", field)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise BadRequest(f"{field} is not valid Unicode text: {e.reason} at character {e.start}", field) \
-                from None
-        return self.codec.encode(text)
-
-    _json = json_body
-
-    def ids(self, ids, text, field: str = "input_ids") -> np.ndarray:
-        """The prompt as a checked int32 array (what the engine process is sent)."""
-        if ids is None:
-            if text is None:
-                raise BadRequest(f"one of {field} or text is required", field)
-            if isinstance(text, list):
-                if len(text) != 1:
-                    raise BadRequest("batched text prompts are not supported; send one request each", field)
-                text = text[0]
-            if not isinstance(text, str):
-                raise BadRequest("text must be a string", field)
-            ids = self.encode_text(text, "text" if field == "input_ids" else field)
-        if not isinstance(ids, list) or (ids and isinstance(ids[0], list)):
-            raise BadRequest(f"{field} must be a flat list of integers", field)
-        if not ids:
-            raise BadRequest(f"{field} must not be empty", field)
-        if len(ids) > self.context_limit:  # before any pass over the ids: they cannot be served
-            raise BadRequest(f"prompt ({len(ids)} tokens) exceeds the context length {self.context_limit}", field)
-        # C-level passes only (type set, one array conversion, min/max on the array): a per-token
-        # Python loop costs ~0.1 ms for a 656-token prompt, and 256 requests arriving at once queue
-        # behind it (the admission ramp); min/max over the list cost 0.5 ms at 16K tokens, the array
-        # conversion the engine process needs anyway ~0.4 ms, so checking the array is ~free
-        if set(map(type, ids)) != {int}:  # exact int: bool and float are rejected
-            raise BadRequest(f"{field} must contain integers only", field)
-        try:
-            arr = np.fromiter(ids, dtype=np.int64, count=len(ids))
-        except OverflowError:
-            raise BadRequest(f"{field} holds a token id outside the vocabulary [0, {self.vocab})", field) from None
-        lo, hi = int(arr.min()), int(arr.max())
-        if lo < 0 or hi >= self.vocab:
-            bad = lo if lo < 0 else hi
-            raise BadRequest(f"token id {bad} is outside the vocabulary [0, {self.vocab})", field)
-        return arr.astype(np.int32)
-
-    _ids = ids
-
-    def check_context(self, n_prompt: int, max_new: int, name: str) -> None:
-        need = n_prompt + max_new
-        if need > self.context_limit:
-            raise BadRequest(f"prompt ({n_prompt} tokens) + {name} ({max_new}) = {need} tokens "
-                             f"exceeds the context length {self.context_limit}", name)
-        if need > self.kv_capacity:  # it could never run, even alone: refused, the engine serves on
-            raise BadRequest(f"prompt ({n_prompt} tokens) + {name} ({max_new}) = {need} tokens exceeds the "
-                             f"{self.kv_capacity} tokens this server's KV cache holds for one request", name)
-
-    @property
-    def request_limit(self) -> int:
-        """The most tokens (prompt + output) one request may ask for."""
-        return min(self.context_limit, self.kv_capacity)
-
-    def check_hint(self, hint, n_ids: int) -> int | None:
-        """The request's `shared_prefix_len` (GraniKV's extension field), checked against its prompt."""
-        if hint is None:
-            return None
-        hint = as_int(hint, "shared_prefix_len", 0)
-        if hint > n_ids:
-            raise BadRequest("shared_prefix_len exceeds the prompt length", "shared_prefix_len")
-        return hint
-
     def _parse_generate(self, body: dict) -> GenerateRequest:
-        ids = self.ids(get(body, "input_ids"), get(body, "text"))
+        ids = self.checks.prompt_ids(get(body, "input_ids"), get(body, "text"))
         params = parse_native_sampling(body.get("sampling_params"))
-        self.check_context(len(ids), params.max_new_tokens, "max_new_tokens")
-        hint = self.check_hint(get(body, "shared_prefix_len"), len(ids))
+        self.checks.check_context(len(ids), params.max_new_tokens, "max_new_tokens")
+        hint = self.checks.check_hint(get(body, "shared_prefix_len"), len(ids))
         stream = get(body, "stream", False)
         if not isinstance(stream, bool):
             raise BadRequest("stream must be a boolean", "stream")
@@ -313,8 +143,8 @@ class Server:
         return web.json_response({
             "model_path": self.model_path or self.model, "tokenizer_path": self.codec.path,
             "is_generation": True, "preferred_sampling_params": None, "weight_version": "default",
-            "served_model_name": self.served_name, "max_context_length": self.context_limit,
-            "vocab_size": self.vocab, "logprobs": self.logprobs_supported,
+            "served_model_name": self.served_name, "max_context_length": self.checks.context_limit,
+            "vocab_size": self.checks.vocab, "logprobs": self.logprobs_supported,
             "device_type": self.loop.info.get("device_type"), "kernel_impl": self.loop.info.get("kernel_impl")})
 
     async def _latest_engine_stats(self) -> dict | None:
@@ -367,7 +197,7 @@ class Server:
         gap) plus how many steps of each kind ran in the window. The capture runs on the engine
         thread between steps, so the steps are the ones the current clients are served by."""
         try:
-            body = await self.json_body(request)
+            body = await self.checks.json_body(request)
             steps = as_int(get(body, "steps", 20), "steps", 1)
             if steps > MAX_PROFILE_STEPS:
                 raise BadRequest(f"steps must be <= {MAX_PROFILE_STEPS}, got {steps}")
@@ -401,7 +231,7 @@ class Server:
 
     async def _generate(self, request: web.Request) -> web.StreamResponse:
         try:
-            g = self._parse_generate(await self.json_body(request))
+            g = self._parse_generate(await self.checks.json_body(request))
             if g.rid in self.loop.streams:
                 # a second stream under one id would take the first's queue, and the engine's
                 # duplicate-id error would then close it: the first client would hang
@@ -494,7 +324,7 @@ def build_app(loop: EngineLoop, codec: TextCodec, incremental_streaming_output: 
                max_request_bytes_=max_request_bytes_)
     oai = OpenAIRoutes(s)
     # the size is checked in body.read_json (a JSON 413); aiohttp's own limit stays as a backstop
-    app = web.Application(client_max_size=s.limits.max_bytes + 1, middlewares=middlewares(api_key))
+    app = web.Application(client_max_size=s.checks.limits.max_bytes + 1, middlewares=middlewares(api_key))
     app.router.add_get("/health", s.health)
     app.router.add_get("/health_generate", s.health_generate)
     app.router.add_get("/server_info", s.server_info)

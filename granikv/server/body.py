@@ -12,7 +12,7 @@ so it is bounded before it starts:
 - depth: the C parser raises RecursionError past Python's recursion limit (a 100,000-deep array):
   a 400, never a 500.
 Strings that are not valid Unicode (a lone UTF-16 surrogate such as "\\ud800", which JSON allows
-and Python decodes) are refused where text is tokenized (`Server.encode_text`).
+and Python decodes) are refused where text is tokenized (`RequestValidator.encode_text`, validation.py).
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ def check_messages(messages) -> list[dict]:
 
 def chat_prompt(messages, codec: TextCodec, encode=None) -> tuple[list[int], str]:
     """(prompt ids, prompt text) of a chat request; `encode` (default: the codec's) tokenizes the
-    rendered text (the server passes its checked `Server.encode_text`)."""
+    rendered text (the server passes its checked `RequestValidator.encode_text`)."""
     msgs = check_messages(messages)
     if codec.chat_template:
         try:

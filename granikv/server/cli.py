@@ -8,7 +8,7 @@ import dataclasses
 import typing
 
 from granikv.config import EngineConfig
-from granikv.server.engine_setup import AUTO, CPU_CHUNKED_PREFILL_TOKENS, HostRequest
+from granikv.runtime.engine_setup import AUTO, CPU_CHUNKED_PREFILL_TOKENS, HostRequest
 
 _FIELD_HELP = {
     "model": "model name under conf/model/ (tiny, llama-3.1-8b, ...) or a dir with config.json",

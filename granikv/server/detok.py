@@ -4,7 +4,7 @@ and, while streaming, held back at the end where it could still become a stop st
 Stop strings are matched on the decoded text, not on tokens: a stop string may span token
 boundaries or end inside a token (the text is then cut mid-token, as vLLM and SGLang do).
 A streamed chunk never carries text that a later stop string would have removed, so the
-streamed and the non-streamed outputs are the same text (tests/server/test_detok.py).
+streamed and the non-streamed outputs are the same text (tests/server/test_detok_chat.py).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ from granikv.server.chat import chat_prompt
 from granikv.server.detok import ChoiceText
 from granikv.server.errors import ApiError, BadRequest, openai_body, openai_response
 from granikv.server.params import OpenAIRequest, get, parse_openai
+from granikv.server.state import ServerState
 
 if TYPE_CHECKING:
-    from granikv.server.app import Server
     from granikv.server.metrics import RequestTrace
 
 
@@ -60,14 +60,16 @@ class Choice:
 
 
 class OpenAIRoutes:
-    def __init__(self, server: Server) -> None:
+    """The /v1 routes over the server's shared state and checks (the native routes' too)."""
+
+    def __init__(self, server: ServerState) -> None:
         self.s = server
 
     # -- models -----------------------------------------------------------------------------------
     def _card(self) -> dict:
         s = self.s
         return {"id": s.served_name, "object": "model", "created": int(s.started), "owned_by": "granikv",
-                "root": s.model_path or s.model, "parent": None, "max_model_len": s.context_limit}
+                "root": s.model_path or s.model, "parent": None, "max_model_len": s.checks.context_limit}
 
     async def models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [self._card()]})
@@ -98,15 +100,15 @@ class OpenAIRoutes:
         elif isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
             batch = prompt
         elif isinstance(prompt, list):
-            batch = [prompt]  # one prompt of token ids (or malformed: _ids says how)
+            batch = [prompt]  # one prompt of token ids (or malformed: prompt_ids says how)
         else:
             raise BadRequest("prompt must be a string, a list of token ids, or a list of either", "prompt")
         out = []
         for p in batch:
             if isinstance(p, str):
-                out.append(Prompt(self.s.ids(None, p, "prompt"), p))
+                out.append(Prompt(self.s.checks.prompt_ids(None, p, "prompt"), p))
             else:
-                out.append(Prompt(self.s.ids(p, None, "prompt"), None))
+                out.append(Prompt(self.s.checks.prompt_ids(p, None, "prompt"), None))
         if len(out) > MAX_PROMPTS:
             raise BadRequest(f"at most {MAX_PROMPTS} prompts per request, got {len(out)}", "prompt")
         return out
@@ -117,13 +119,13 @@ class OpenAIRoutes:
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await self.s.json_body(request)
+            body = await self.s.checks.json_body(request)
             self._check_model(body.get("model"))
             req = parse_openai(body, chat=False, logprobs_supported=self.s.logprobs_supported, default_max=16)
             prompts = self._prompts(body.get("prompt"))
             hint = get(body, "shared_prefix_len")
             for p in prompts:
-                self.s.check_hint(hint, len(p.ids))
+                self.s.checks.check_hint(hint, len(p.ids))
         except ApiError as e:
             return openai_response(e)
         return await self._run(request, "cmpl", prompts, req, hint)
@@ -134,12 +136,12 @@ class OpenAIRoutes:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
-            body = await self.s.json_body(request)
+            body = await self.s.checks.json_body(request)
             self._check_model(body.get("model"))
             req = parse_openai(body, chat=True, logprobs_supported=self.s.logprobs_supported, default_max=None)
             ids, _ = chat_prompt(body.get("messages"), self.s.codec,
-                                 lambda text: self.s.encode_text(text, "messages"))
-            prompts = [Prompt(self.s.ids(ids, None, "messages"), None)]
+                                 lambda text: self.s.checks.encode_text(text, "messages"))
+            prompts = [Prompt(self.s.checks.prompt_ids(ids, None, "messages"), None)]
         except ApiError as e:
             return openai_response(e)
         return await self._run(request, "chatcmpl", prompts, req, None)
@@ -156,8 +158,8 @@ class OpenAIRoutes:
             plans = []
             for p in prompts:
                 # no max_tokens (chat's default): the rest of what the context and the KV cache hold
-                max_new = req.max_tokens if req.max_tokens is not None else s.request_limit - len(p.ids)
-                s.check_context(len(p.ids), max(max_new, 1), req.max_tokens_name)
+                max_new = req.max_tokens if req.max_tokens is not None else s.checks.request_limit - len(p.ids)
+                s.checks.check_context(len(p.ids), max(max_new, 1), req.max_tokens_name)
                 plans.append((p, max_new))
             s.check_alive()
         except ApiError as e:

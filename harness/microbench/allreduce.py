@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from granikv.engine.tp import _free_port
+from granikv.runtime.tp import _free_port
 from harness.microbench._timing import env_info
 
 DECODE_SHAPES = [(b, h) for h in (4096, 5120) for b in (8, 32, 128, 256, 512)]  # (B, hidden)

@@ -40,7 +40,7 @@ import torch
 from granikv.config import EngineConfig
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams, Status
-from granikv.server import aio
+from granikv.runtime import aio
 from harness.microbench._timing import env_info
 
 
@@ -253,8 +253,8 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
 
     from aiohttp import web
 
+    from granikv.runtime.loop import EngineLoop
     from granikv.server.app import build_app, tcp_site
-    from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
     from harness.workloads import read_workload, require_open_loop
 
@@ -287,7 +287,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
         loop = EngineLoop(Engine(cfg, model=model))
         loop.start()
     else:  # what `python -m granikv.server` runs: the engine in its own process (same dummy weights)
-        from granikv.server.proc import EngineProcess
+        from granikv.runtime.process import EngineProcess
 
         loop = EngineProcess(cfg)
         loop.start()

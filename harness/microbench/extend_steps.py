@@ -136,9 +136,9 @@ def run_engine(args) -> list[dict]:
     from granikv.config import EngineConfig
     from granikv.engine.engine import Engine
     from granikv.engine.request import SamplingParams
-    from granikv.engine.tp import create_engine
     from granikv.model.spec import load_spec
     from granikv.model.weights import load_model
+    from granikv.runtime.tp import create_engine
     from harness.microbench.engine_steps import busy_and_span_ms, sync
 
     dev = torch.device(args.device)

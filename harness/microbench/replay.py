@@ -41,8 +41,8 @@ from granikv.engine.request import SamplingParams
 from granikv.engine.runner import Launched
 from granikv.engine.sampling import Sampled
 from granikv.engine.scheduler import Step
-from granikv.memory.storage_factory import storage_from_config
 from granikv.model.spec import load_spec
+from granikv.systems import storage_from_config
 from harness.microbench._timing import env_info
 from harness.workloads import WorkloadRequest, read_workload, require_open_loop
 

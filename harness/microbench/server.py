@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from granikv.server import aio
+from granikv.runtime import aio
 from harness.microbench._timing import env_info
 
 
@@ -172,7 +172,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
 
     backlog = LISTEN_BACKLOG if backlog is None else backlog
-    from granikv.server.loop import EngineLoop
+    from granikv.runtime.loop import EngineLoop
     from granikv.server.text import TextCodec
 
     tmp = Path(tempfile.mkdtemp())
@@ -185,7 +185,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
     else:
         import functools
 
-        from granikv.server.proc import EngineProcess
+        from granikv.runtime.process import EngineProcess
 
         loop = EngineProcess(None, factory=functools.partial(_sim_factory, step_ms, batch, host_ms, prefill_ms))
         loop.start()

@@ -31,7 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from granikv.memory import ColdPool, HotPool, make_storage
+from granikv.memory import ColdPool, HotPool
+from granikv.systems import make_storage
 from harness.provenance import git_sha
 
 NUM_SLOTS = 1 << 20

@@ -71,7 +71,7 @@ def test_kv_pressure_retracts_and_recomputes_same_tokens():
 @pytest.mark.parametrize("extend_graphs", [False, True])
 def test_tp2_equals_tp1(extend_graphs):
     """With extend graphs every rank pads its extend steps the same way (padded eager on CPU)."""
-    from granikv.engine.tp import create_engine
+    from granikv.runtime.tp import create_engine
 
     prompts = multi_prefix_prompts(seed=7, prefix_lens=(32,), per_prefix=(4,))
     params = SamplingParams(max_new_tokens=12, ignore_eos=True)
@@ -91,7 +91,7 @@ def test_tp2_equals_tp1(extend_graphs):
 def test_tp4_equals_tp1_qwen_shape():
     """TP=4 over gloo (the paper's Qwen-2.5-32B configuration, GQA group 5): four ranks, one KV
     head each, give the TP=1 tokens."""
-    from granikv.engine.tp import create_engine
+    from granikv.runtime.tp import create_engine
 
     prompts = multi_prefix_prompts(seed=8, prefix_lens=(32, 20), per_prefix=(3, 2))
     params = SamplingParams(max_new_tokens=8, ignore_eos=True)

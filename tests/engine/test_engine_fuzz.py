@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from granikv.engine.request import SamplingParams, Status
-from granikv.engine.tp import create_engine
+from granikv.runtime.tp import create_engine
 
 PREFIX_LENS = (33, 17, 52, 53)  # class 4 = no shared prefix
 # prefixes 2 and 3 are prefix 0 plus 19 and 20 tokens of their own: two agents' roles after a shared
@@ -174,8 +174,8 @@ def test_random_operation_sequences_at_tp2_equal_tp1(ops, seed, tight):
     assert {r: outs[r] for r in common} == {r: ref[r] for r in common}
 
 
-# random trees of shared runs (issue #39): up to 5 levels of (fanout, run length); an "add" picks a
-# leaf (index mod leaves) or, at 16, no shared prefix
+# random trees of shared runs (sharing at any depth, EngineConfig.share_depth): up to 5 levels of
+# (fanout, run length); an "add" picks a leaf (index mod leaves) or, at 16, no shared prefix
 tree_strategy = st.lists(st.tuples(st.integers(1, 3), st.integers(6, 20)), min_size=1, max_size=5).filter(
     lambda lv: _leaves(lv) <= 16)
 tree_add_op = st.tuples(st.just("add"), st.integers(0, 16), st.integers(0, 14), st.integers(1, 24), st.booleans(),

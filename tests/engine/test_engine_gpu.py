@@ -50,8 +50,9 @@ def test_three_systems_agree_on_gpu_fp32():
 
 
 def test_a_tree_at_any_share_depth_agrees_on_gpu_fp32():
-    """Issue #39: a three-level tree without hints, read level by level (share_depth 3: head, EXT,
-    ext2 through the Triton kernels and CUDA graphs) or capped at two levels, gives paged's tokens."""
+    """Sharing at any depth (EngineConfig.share_depth): a three-level tree of shared runs without
+    hints, read level by level (share_depth 3: head, EXT, ext2 through the Triton kernels and CUDA
+    graphs) or capped at two levels, gives paged's tokens."""
     from test_hint_free import tree_prompts
 
     prompts = tree_prompts(5, levels=((1, 96), (2, 64), (2, 48)), per_leaf=4)

@@ -140,10 +140,11 @@ def run_agents(engine: Engine, prompts, hints: bool, steps: int = 10, plans: lis
 
 @pytest.mark.parametrize("hot", [True, False])
 def test_agents_head_once_and_each_extension_once_per_step(hot):
-    """Issue #29 item 4 without hints: once every request decodes, one class reads the common
-    head for all of them and one extension class per agent reads that agent's role prompt; tokens
-    equal paged's and the hinted run's; audit after every step. `hot=False`: no HOT space, the
-    head is a COLD rows class and the extensions follow it the same way."""
+    """Nested sharing (agents share a system prompt, each agent's requests also share its role
+    prompt) without hints: once every request decodes, one class reads the common head for all of
+    them and one extension class per agent reads that agent's role prompt; tokens equal paged's
+    and the hinted run's; audit after every step. `hot=False`: no HOT space, the head is a COLD
+    rows class and the extensions follow it the same way."""
     prompts = agent_prompts(0)
     ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False)
     kw = dict(kernel_impl="torch", min_prefix_for_hot=32, prefix_pass_min_saved_mib=0)
@@ -250,7 +251,7 @@ def tree_prompts(seed: int, levels=((1, 64), (2, 32), (2, 24)), per_leaf: int = 
 
 @pytest.mark.parametrize("hot", [True, False])
 def test_a_tree_reads_each_shared_level_once_per_step(hot):
-    """Issue #39: with share_depth 3 the root, each mid node and each leaf run are read once per
+    """Sharing at any depth: with share_depth 3 the root, each mid node and each leaf run are read once per
     step (head, EXT and ext2 classes); tokens equal paged's and the two-level engine's, which never
     forms a level-2 class; audit after every step."""
     prompts = tree_prompts(0)

@@ -144,7 +144,7 @@ def tree_waves(levels, n: int, seed: int) -> list[list[int]]:
 
 
 def test_tree_batches_at_share_depth_3_compile_nothing_after_start(tmp_path):
-    """Issue #39 on the GPU: a three-level tree read level by level (head, EXT, ext2) compiles no
+    """Sharing at any depth on the GPU: a three-level tree read level by level (head, EXT, ext2) compiles no
     kernel variant after start, and its full-batch graph was captured at start. (Its tokens
     against the two-level engine's: tests/engine/test_engine_gpu.py, in float32.)"""
     spec = tmp_path / "llama8b-attention-1layer.yaml"

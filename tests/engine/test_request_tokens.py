@@ -37,9 +37,9 @@ def test_prompt_array_is_converted_once_and_viewed():
 
 def test_add_request_checks_ids_in_one_pass_and_keeps_the_array():
     import pytest
+    from engine_testutil import tiny_config
 
     from granikv.engine.engine import Engine
-    from tests.engine.engine_testutil import tiny_config
 
     eng = Engine(tiny_config("granikv"))
     req = eng.add_request(np.array([3, 1, 4, 1, 5]), shared_prefix_len=2)

@@ -163,7 +163,7 @@ def test_logprobs_equal_transformers_log_softmax(tmp_path, system):
 def test_tp2_samples_and_reports_logprobs_as_tp1():
     """Every rank draws the same tokens (a rank that drew others would feed its shard other
     tokens, and the all-gathered logits, hence rank 0's tokens, would differ from TP=1)."""
-    from granikv.engine.tp import create_engine
+    from granikv.runtime.tp import create_engine
 
     prompts = prompts_of(7, 4)
     params = [SamplingParams(max_new_tokens=10, temperature=T_LOW, top_p=0.9, seed=3, ignore_eos=True, logprobs=2),
@@ -220,7 +220,7 @@ def check_events(events: dict[str, list], cfg) -> None:
 
 
 def test_engine_loop_events_carry_logprobs():
-    from granikv.server.loop import EngineLoop
+    from granikv.runtime.loop import EngineLoop
 
     cfg = tiny_config("granikv", kernel_impl="torch")
     loop = EngineLoop(Engine(cfg))
@@ -234,7 +234,7 @@ def test_engine_loop_events_carry_logprobs():
 
 
 def test_engine_process_events_carry_logprobs():
-    from granikv.server.proc import EngineProcess
+    from granikv.runtime.process import EngineProcess
 
     cfg = tiny_config("granikv", kernel_impl="torch")
     handle = EngineProcess(cfg)

@@ -144,8 +144,8 @@ def test_the_bundled_servers_two_apis_read_alike():
     from engine_testutil import tiny_config
 
     from granikv.engine.engine import Engine
+    from granikv.runtime.loop import EngineLoop
     from granikv.server.app import build_app, tcp_site
-    from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
 
     async def measure(loop: EngineLoop) -> dict[str, cl.BenchmarkResult]:

@@ -20,8 +20,8 @@ from engine_testutil import tiny_config  # noqa: E402
 from granikv.engine.engine import Engine  # noqa: E402
 from granikv.engine.request import SamplingParams  # noqa: E402
 from granikv.profiling import capture, categorize, kernel_events, summarize, union_us  # noqa: E402
+from granikv.runtime.loop import EngineLoop  # noqa: E402
 from granikv.server.app import build_app  # noqa: E402
-from granikv.server.loop import EngineLoop  # noqa: E402
 from granikv.server.text import TextCodec  # noqa: E402
 from harness.profile import SteadyPolicy, alongside, profile_when_steady  # noqa: E402
 

@@ -4,9 +4,10 @@ granikv recompute 1.39x paged's prefill; see harness/microbench/replay.py)."""
 
 import numpy as np
 
-from granikv.memory import HotPool, make_storage
+from granikv.memory import HotPool
 from granikv.memory.admission import lru_tail_slabs
 from granikv.memory.radix import HOT
+from granikv.systems import make_storage
 
 
 def seq(start, n):

@@ -13,7 +13,7 @@ def test_shapes_and_reserved_slot():
 
 
 def test_bytes_per_slot_llama8b_bf16():
-    # 2 (K,V) * 32 layers * 8 heads * 128 dims * 2 bytes = 128 KiB (DESIGN §8)
+    # 2 (K,V) * 32 layers * 8 heads * 128 dims * 2 bytes = 128 KiB (docs/design.md, "Numbers to design against")
     assert KVCache.bytes_per_slot(32, 8, 128, torch.bfloat16) == 128 * 1024
 
 

@@ -35,7 +35,8 @@ def test_known_names_and_public_shapes():
     assert (llama.num_heads, llama.num_kv_heads, llama.head_dim, llama.vocab_size) == (32, 8, 128, 128256)
     assert llama.rope_theta == 500000.0 and llama.rms_norm_eps == 1e-5 and not llama.qkv_bias
     assert llama.rope_scaling == RopeScaling(8.0, 1.0, 4.0, 8192)
-    assert llama.group_size == 4 and llama.kv_bytes_per_token() == 128 * 1024  # DESIGN.md §8
+    # 128 KiB of K/V per token: docs/design.md, "Numbers to design against"
+    assert llama.group_size == 4 and llama.kv_bytes_per_token() == 128 * 1024
     assert llama.eos_token_ids == (128001, 128008, 128009)
     q14, q32 = load_spec("qwen2.5-14b"), load_spec("qwen2.5-32b")
     for q, inter, layers in ((q14, 13824, 48), (q32, 27648, 64)):

@@ -12,8 +12,8 @@ from aiohttp import web
 
 from granikv.config import EngineConfig
 from granikv.engine.engine import Engine
+from granikv.runtime.loop import EngineLoop
 from granikv.server.app import build_app, tcp_site
-from granikv.server.loop import EngineLoop
 from granikv.server.text import TextCodec
 
 from .conftest import free_port
@@ -64,20 +64,3 @@ def test_engine_failure_is_a_503_logged_with_its_traceback(caplog):
     assert dead == 503 and dead_gen == 503
     logged = [r.getMessage() for r in caplog.records if r.name == "granikv.server"]
     assert len(logged) == 1 and "Traceback" in logged[0] and "kernel exploded" in logged[0]
-
-
-@pytest.mark.parametrize("device,cuda,requested,impl,interpret", [
-    ("cpu", False, "auto", "torch", False),
-    ("auto", False, "auto", "torch", False),
-    ("auto", True, "auto", "triton", False),
-    ("cuda", True, "auto", "triton", False),
-    ("cpu", True, "auto", "torch", False),
-    ("cpu", False, "triton", "triton", True),
-    ("auto", True, "triton", "triton", False),
-    ("cpu", False, "torch", "torch", False),
-])
-def test_kernel_path_resolution(device, cuda, requested, impl, interpret):
-    from granikv.server.engine_setup import resolve_kernels
-
-    cfg, interp = resolve_kernels(EngineConfig(device=device), requested, cuda)
-    assert (cfg.kernel_impl, interp) == (impl, interpret)

@@ -15,12 +15,13 @@ import pytest
 from aiohttp import web
 from engine_testutil import tiny_config
 from hypothesis import HealthCheck, given, settings
-from server_testutil import answer_is_below_500_and_the_server_keeps_serving, any_body, free_port, run, serving, stream
 
 from granikv.engine.engine import Engine
+from granikv.runtime.loop import EngineLoop
 from granikv.server.app import LISTEN_BACKLOG, build_app, tcp_site
-from granikv.server.loop import EngineLoop
 from granikv.server.text import TextCodec
+
+from .server_testutil import answer_is_below_500_and_the_server_keeps_serving, any_body, free_port, run, serving, stream
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def test_prompt_ids_reach_the_engine_as_checked_int32_arrays():
     s = Server(Info(), TextCodec(None))
     g = s._parse_generate({"input_ids": [0, 7, 255], "sampling_params": {"max_new_tokens": 3}})
     assert g.input_ids.dtype == np.int32 and g.input_ids.tolist() == [0, 7, 255]
-    assert s._ids(None, "hi").tolist() == [104, 105]  # text: the id codec (ASCII characters are their codes)
+    assert s.checks.prompt_ids(None, "hi").tolist() == [104, 105]  # text: the id codec (ASCII: their codes)
 
 
 @pytest.mark.parametrize("stream", [False, True])

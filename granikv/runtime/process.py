@@ -35,7 +35,7 @@ from typing import ClassVar
 import numpy as np
 
 from granikv.config import EngineConfig
-from granikv.server.loop import Event, _settle, engine_info, fan_out, profile_window
+from granikv.runtime.loop import Event, _settle, engine_info, fan_out, profile_window
 
 
 class EngineError(RuntimeError):
@@ -127,7 +127,7 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     t_start = time.perf_counter()
     try:
         if factory is None:
-            from granikv.engine.tp import create_engine as factory
+            from granikv.runtime.tp import create_engine as factory
 
         engine = factory(cfg)
     except Exception as e:  # noqa: BLE001 - reported to the server, which exits with it
@@ -142,7 +142,8 @@ def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     # Commands are read by a thread of their own, not between steps: a 16K-token prompt is a
     # ~66 KB message, over a pipe's 64 KB buffer, so a loop that reads only between engine steps
     # let one prompt through per step — and blocked the server's event loop on the write —
-    # while a burst waited (one single-request prefill step per prompt at Lp=16K; tests/engine/test_server.py)
+    # while a burst waited (one single-request prefill step per prompt at Lp=16K;
+    # tests/runtime/test_engine_process.py)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
 
     def read_commands() -> None:
@@ -334,7 +335,7 @@ class EngineProcess:
             return q
         # int32 bytes, not a list: the engine process unpickles it in ~3 µs instead of ~0.27 ms
         # for a 16K-token prompt, and add_request skips the list conversion (the ids are checked
-        # integers in [0, vocab) by now: app._ids)
+        # integers in [0, vocab) by now: validation.RequestValidator.prompt_ids)
         self._send(("add", rid, np.asarray(input_ids, dtype=np.int32), params, shared_prefix_len))
         return q
 

@@ -106,7 +106,8 @@ def _agents_views(k=3, per_agent=3, lp=600, la=300, hot_base=1):
 
 
 def test_nested_runs_form_a_head_class_then_one_extension_class_per_agent():
-    """Issue #29 item 4: the head once for everyone, each agent's extension once for its requests."""
+    """Nested sharing (agents share a system prompt, each agent's requests its role prompt): the head
+    once for everyone, each agent's extension once for its requests."""
     for hot_base in (1, None):
         views = _agents_views(hot_base=hot_base)
         b = _backend()
@@ -244,7 +245,7 @@ def _deep_backend(depth):
 
 
 def test_a_tree_is_read_level_by_level_up_to_the_share_depth():
-    """Issue #39: every shared level read once per step, one pass kind per level; the cap stops
+    """Sharing at any depth: every shared level read once per step, one pass kind per level; the cap stops
     at two levels (the head and one extension), the rest read by each request's own decode."""
     for hot_base in (1, None):
         views = _tree_views(hot_base=hot_base)  # root 600 (8 readers), 2 x 400 (4 each), 4 x 300 (2 each)
@@ -278,4 +279,5 @@ def test_share_depth_bounds_and_warm_signatures():
     two, three = _deep_backend(2).warm_signatures(256), _deep_backend(3).warm_signatures(256)
     assert set(two) < set(three)
     plan = _deep_backend(3).plan_decode(_batch(_tree_views(levels=((1, 600), (4, 400), (4, 300)), per_leaf=16)))
-    assert plan.signature() in three  # the tree of issue #39's bar (scaled): its graph is captured at start
+    # the tree sweep's three-level tree (scaled down): its graph is captured at start
+    assert plan.signature() in three

@@ -1,7 +1,6 @@
 """The server as a user starts it: its CLI, the server process (no torch in it, stops on
-SIGTERM), the engine in its own process (streams, counters, flush, errors, a bad config at
-start, fuzzed bodies, a burst of long prompts while it steps) and the engine process's loop
-clock."""
+SIGTERM), and the app over the engine in its own process (streams, counters, flush, errors,
+fuzzed bodies). The engine process without HTTP: tests/runtime/test_engine_process.py."""
 
 from __future__ import annotations
 
@@ -14,12 +13,13 @@ import pytest
 from aiohttp import web
 from engine_testutil import tiny_config
 from hypothesis import HealthCheck, given, settings
-from server_testutil import answer_is_below_500_and_the_server_keeps_serving, any_body, free_port, run, serving, stream
 
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
 from granikv.server.app import build_app
 from granikv.server.text import TextCodec
+
+from .server_testutil import answer_is_below_500_and_the_server_keeps_serving, any_body, free_port, run, serving, stream
 
 
 def test_cli_help_lists_every_config_field():
@@ -43,8 +43,8 @@ def test_the_server_process_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, granikv.server.__main__, granikv.server.app, granikv.server.proc, "
-            "granikv.server.loop, granikv.server.text; "
+    code = ("import sys, granikv.server.__main__, granikv.server.app, granikv.runtime.process, "
+            "granikv.runtime.loop, granikv.server.text; "
             "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -82,8 +82,8 @@ def test_server_process_serves_and_stops_on_sigterm():
 
 
 def test_engine_process_serves_streams_counters_flush_and_errors():
-    """The server's default: the engine in its own process (granikv.server.proc)."""
-    from granikv.server.proc import EngineProcess
+    """The server's default: the engine in its own process (granikv.runtime.process)."""
+    from granikv.runtime.process import EngineProcess
 
     handle = EngineProcess(tiny_config("granikv", kernel_impl="torch", max_running=16, max_context=256))
     handle.start()
@@ -136,19 +136,10 @@ def test_engine_process_serves_streams_counters_flush_and_errors():
     assert not handle.proc.is_alive()
 
 
-def test_engine_process_reports_a_bad_config_at_start():
-    from granikv.server.proc import EngineProcess
-
-    handle = EngineProcess(tiny_config("granikv", kernel_impl="torch", model="no-such-model"))
-    with pytest.raises(ValueError):
-        handle.start()
-    handle.stop()
-
-
 @pytest.fixture(scope="module")
 def process_server():
     """The server's default mode: the engine in its own process."""
-    from granikv.server.proc import EngineProcess
+    from granikv.runtime.process import EngineProcess
 
     handle = EngineProcess(tiny_config("granikv", kernel_impl="torch", max_running=48, max_context=256))
     handle.start()
@@ -166,58 +157,3 @@ def test_any_request_body_through_the_engine_process(process_server, body):
     answer_is_below_500_and_the_server_keeps_serving(process_server, *body)
 
 
-def test_a_burst_of_long_prompts_reaches_the_engine_process_while_it_steps():
-    """A 16K-token prompt is a ~66 KB message, over a pipe's 64 KB buffer: when the engine process
-    read commands only between steps, one prompt got through per step and the server's event loop
-    blocked on each write (a burst at Lp=16K became one single-request prefill step per prompt).
-    The engine process reads commands on a thread of its own, so a burst arrives while
-    a (simulated, 200 ms) prefill step runs."""
-    import functools
-
-    from granikv.engine.request import SamplingParams
-    from granikv.server.proc import EngineProcess
-    from harness.microbench.server import _sim_factory
-
-    handle = EngineProcess(None, factory=functools.partial(_sim_factory, 5.0, 64, 0.0, 200.0))
-    handle.start()
-    prompt = list(range(1, 16601))
-
-    async def go():
-        queues = [handle.submit(f"r{i}", prompt, SamplingParams(max_new_tokens=2), None) for i in range(8)]
-        for q in queues:
-            while not (await q.get()).finished:
-                pass
-        return await handle.stats()
-
-    try:
-        stats = run(asyncio.wait_for(go(), 60))
-    finally:
-        handle.stop()
-    added = stats["added_at"]
-    assert len(added) == 8
-    assert max(added) - min(added) < 0.5  # one per 200 ms step would be >= 1.4 s
-
-
-def test_loop_clock_places_idle_gaps_in_the_measured_run():
-    """The engine process's idle waits inside a run (after a flush, from its first request on)
-    are kept with their offset and the requests added before them; shorter waits, and waits
-    before the run's first request, are only summed."""
-    from granikv.server.proc import LoopClock
-
-    c = LoopClock()
-    c.idled(0.0, 1.0)  # before any request: server start, warm-up wait
-    c.added(10.0, 0.001)
-    c.idled(10.5, 0.2)  # a warm-up gap
-    assert c.flushed() is None and not c.gaps
-    c.idled(11.0, 0.3)  # after the flush, before the run's first request
-    c.added(12.0, 0.001)
-    c.added(12.1, 0.001)
-    c.idled(13.0, 0.001)  # too short to keep
-    c.idled(14.0, 0.25)
-    d = c.as_dict()
-    assert d["run_idle_gaps"] == [[2.0, 0.25, 2]]
-    assert d["adds"] == 3 and abs(d["idle_s"] - 1.751) < 1e-3
-    json.dumps(d)  # /server_info serves it as JSON
-    for i in range(LoopClock.MAX_GAPS + 5):
-        c.idled(20.0 + i, 0.01)
-    assert len(c.as_dict()["run_idle_gaps"]) == LoopClock.MAX_GAPS

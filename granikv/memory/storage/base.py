@@ -1,8 +1,8 @@
 """Storage: the one object the scheduler talks to about KV slots (the shared facade).
 
-This module holds the machinery both systems share; `storage_paged` and `storage_granikv` choose
-the pools and where prefixes go, `storage_audit` checks the invariants below, and
-`storage_factory` builds the policy of a system.
+This module holds the machinery every storage shares; `paged` and `granikv` (this package)
+choose the pools and where prefixes go and check their invariants (`audit`: the shared checks
+of `audit.SlotAudit`, plus their own); `granikv.systems` builds the storage of a system.
 
 `paged`/`cascade`: a PagedPool of P-slot pages over every slot, prefixes shared page-aligned
 through the radix cache. `granikv`: a HotPool of contiguous slabs over `[1, 1+N_hot)` and a
@@ -17,7 +17,7 @@ handful of numpy operations on these arrays, with no per-request Python work; an
 one compare of the prompt against the cached prefix and one write of its private slots (the
 prefix part of a row is rewritten only when it differs from what the row already holds).
 
-Slot ownership (checked by `audit`): every usable slot is free, or owned by exactly one of a radix
+Slot ownership (checked by each storage's `audit`): every usable slot is free, or owned by exactly one of a radix
 node (HOT nodes: their slab owns the whole range), a request (its private positions), or a slab.
 
 Lifecycle of a request:
@@ -40,7 +40,6 @@ from granikv.memory.cold import ColdPool
 from granikv.memory.hot import HotPool, Slab
 from granikv.memory.paged import PagedPool
 from granikv.memory.radix import PAGED, Node, RadixCache, Segment
-from granikv.memory.storage_audit import audit_storage
 
 # One-segment layout of any inserted length (RadixCache.insert clips segments to the tokens).
 _ALL_PAGED = [Segment(0, 1 << 62, PAGED)]
@@ -429,16 +428,6 @@ class Storage:
 
     def audit(self) -> None:
         """Check every ownership and reference-count invariant; raises AssertionError. O(slots):
-        for tests and debugging, never on the hot path (`storage_audit`)."""
-        audit_storage(self)
-
-    def _usable_mask(self) -> np.ndarray:
-        m = np.zeros(self.num_slots, dtype=bool)
-        m[self.pool.first_page * self.P : self.pool.end_page * self.P] = True
-        return m
-
-    def _free_slots(self) -> np.ndarray:
-        return self.pool.free_slots()
-
-    def _audit_extra(self, own, expected_locks) -> None:
-        pass
+        for tests and debugging, never on the hot path. Each storage implements it: the checks
+        every storage shares (`audit.SlotAudit`) plus those of its own pools."""
+        raise NotImplementedError(f"{type(self).__name__} does not audit itself")

@@ -14,7 +14,7 @@ from engine_testutil import multi_prefix_prompts, tiny_config
 
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams
-from granikv.engine.tp import create_engine
+from granikv.runtime.tp import create_engine
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]

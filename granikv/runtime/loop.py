@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from granikv.engine.request import SamplingParams
 
-if TYPE_CHECKING:  # the server process never imports torch: the engine process does (proc.py)
+if TYPE_CHECKING:  # the server process never imports torch: the engine process does (process.py)
     from granikv.engine.engine import Engine
 
 
@@ -79,7 +79,7 @@ class EngineLoop:
     """The engine on a thread of the server's own process (tests, in-process benchmarks).
 
     `python -m granikv.server` runs the engine in its own process instead (EngineProcess,
-    proc.py): on a thread here it shares the GIL with the HTTP side, which at B=256 steals
+    process.py): on a thread here it shares the GIL with the HTTP side, which at B=256 steals
     milliseconds per step from the engine (harness/microbench/server.py)."""
 
     def __init__(self, engine: Engine) -> None:

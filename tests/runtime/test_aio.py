@@ -1,4 +1,4 @@
-"""granikv.server.aio: the server's and the client's event loop (uvloop when installed)."""
+"""granikv.runtime.aio: the server's and the client's event loop (uvloop when installed)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from granikv.server import aio
+from granikv.runtime import aio
 
 
 async def _loop_module() -> str:

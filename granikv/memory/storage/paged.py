@@ -3,9 +3,12 @@ page-aligned through the radix cache."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from granikv.memory.paged import PagedPool
 from granikv.memory.radix import RadixCache
-from granikv.memory.storage import Storage
+from granikv.memory.storage.audit import SlotAudit
+from granikv.memory.storage.base import Storage
 
 
 class PagedStorage(Storage):
@@ -23,3 +26,9 @@ class PagedStorage(Storage):
         s.update(page_size=self.P, pages_total=self.pool.num_pages, pages_free=self.pool.num_free_pages,
                  paged_used_slots=self.pool.num_used)
         return s
+
+    def audit(self) -> None:
+        """The shared invariants (`SlotAudit`) over the pool's whole pages: one pool, no slabs."""
+        usable = np.zeros(self.num_slots, dtype=bool)
+        usable[self.pool.first_page * self.P : self.pool.end_page * self.P] = True
+        SlotAudit(self, usable, self.pool.free_slots()).check()

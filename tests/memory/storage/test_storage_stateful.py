@@ -21,7 +21,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from granikv.memory import make_storage
+from granikv.systems import make_storage
 
 PREFIXES = [list(range(100, 100 + n)) for n in (24, 40, 9)] + [list(range(100, 112)) + [7] * 20]
 STEPS_PER_POLICY = 10_000

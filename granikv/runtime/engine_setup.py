@@ -76,7 +76,7 @@ def build_engine(cfg: EngineConfig, requested: HostRequest | str = AUTO):
     cfg, interpret = resolve_host(cfg, request, torch.cuda.is_available())
     if interpret:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from granikv.engine.tp import create_engine
+    from granikv.runtime.tp import create_engine
 
     return create_engine(cfg)
 

@@ -13,8 +13,8 @@ from granikv.memory.cold import ColdPool
 from granikv.memory.hot import HotPool, Slab
 from granikv.memory.paged import PagedPool
 from granikv.memory.radix import COLD, HOT, Node, RadixCache, Segment
-from granikv.memory.storage import Admission, PrefixInfo, Storage
-from granikv.memory.storage_audit import audit_granikv
+from granikv.memory.storage.audit import SlotAudit
+from granikv.memory.storage.base import Admission, PrefixInfo, Storage
 
 # One-segment layout of any inserted length (RadixCache.insert clips segments to the tokens).
 _ALL_COLD = [Segment(0, 1 << 62, COLD)]
@@ -224,6 +224,13 @@ class GraniKVStorage(Storage):
         )
         return s
 
+    # ---- invariants ----------------------------------------------------------------------------
+    def audit(self) -> None:
+        """The shared invariants (`SlotAudit`) over both regions, plus the HOT side's (`_audit_hot`)."""
+        a = SlotAudit(self, self._usable_mask(), self._free_slots())
+        self._audit_hot(a)
+        a.check()
+
     def _usable_mask(self) -> np.ndarray:
         m = np.zeros(self.num_slots, dtype=bool)
         m[1 : self.hot.end] = True
@@ -237,5 +244,56 @@ class GraniKVStorage(Storage):
         hot_free = [np.arange(s, e) for s, e in self.hot.free_ranges()]
         return np.concatenate([self.pool.free_slots(), *hot_free]).astype(np.int64)
 
-    def _audit_extra(self, own, expected_locks) -> None:
-        audit_granikv(self, own, expected_locks)
+    def _audit_hot(self, a: SlotAudit) -> None:
+        """The HOT side: slabs, slab reference counts, lent slots, contiguous prefixes, and no live row
+        reading a promoted path's freed COLD copy (a HOT node's positions in a row that locks it hold
+        the node's slab slots). Adds each slab as an owner of its range and each pending promotion's
+        lock on its path to `a`."""
+        hot = self.hot
+        for slab in hot.slabs.values():
+            a.own(np.arange(slab.base, slab.end))
+        holders = {sid: 0 for sid in hot.slabs}
+        node_refs = {sid: 0 for sid in hot.slabs}
+        for adm in self.live.values():
+            if adm.slab is not None:
+                holders[adm.slab.id] += 1
+        for plan in self.policy.pending.values():
+            holders[plan.slab.id] += 1
+            a.lock_path(plan.node)
+        for x in self.radix.nodes():
+            if x.kind == HOT:
+                assert x.slab.id in hot.slabs, f"{x} points into a released slab"
+                node_refs[x.slab.id] += 1
+                assert np.array_equal(x.slots, np.arange(x.slab.base + x.offset,
+                                                         x.slab.base + x.offset + len(x)))
+                assert x.offset + len(x) <= x.slab.length
+                if a.locks(x) > 0:
+                    holders[x.slab.id] += 1
+            else:
+                assert x.slab is None
+        for sid, slab in hot.slabs.items():
+            assert slab.refcount == holders[sid], f"slab {sid}: refcount {slab.refcount} != {holders[sid]}"
+            assert slab.node_refs == node_refs[sid]
+            assert slab.node_refs > 0 or slab.refcount > 0, "unreferenced slab not released"
+            assert (sid in {s.id for s in hot.cached_lru()}) == (slab.refcount == 0)
+        # Lent slots are exactly the COLD-owned slots inside the HOT region.
+        lent = set(hot.lent_slots().tolist())
+        cold_in_hot = set()
+        for adm in self.live.values():
+            r = adm.row
+            for lo, hi in adm.closed + [(adm.tail_start, self._seq_len(r))]:
+                cold_in_hot.update(int(s) for s in self.table[r, lo:hi] if s < hot.end)
+        for x in self.radix.nodes():
+            if x.kind == COLD:
+                cold_in_hot.update(int(s) for s in x.slots if s < hot.end)
+        assert lent == cold_in_hot, "lent HOT slots do not match COLD-owned slots in the HOT region"
+        # Ranges: free ranges sorted, disjoint, coalesced.
+        fr = hot.free_ranges()
+        for (_s0, e0), (s1, _e1) in zip(fr, fr[1:]):
+            assert e0 < s1
+        # A request's HOT prefix is contiguous.
+        for adm in self.live.values():
+            if adm.prefix is not None:
+                got = self.table[adm.row, : adm.prefix.prefix_len]
+                assert np.array_equal(got, np.arange(adm.prefix.hot_base,
+                                                     adm.prefix.hot_base + adm.prefix.prefix_len))
