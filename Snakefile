@@ -7,11 +7,11 @@
 #   snakemake --profile profiles/h200 gate          # the CI throughput gate (docs/gate.md)
 #
 # The profile's pipeline.yaml (its `configfile`) picks hardware, grid level, reps and GPUs;
-# harness/sweeps.py expands conf/sweep/*.yaml into cells, and harness/point.py groups them into
+# harness/run/sweeps.py expands conf/sweep/*.yaml into cells, and harness/run/point.py groups them into
 # points: the cells of one sweep that differ only in system and granikv's knobs, rep included
 # (paged, cascade and granikv at one Lp, B, k, TP, workload and rep). A point is one job, a rule
 # of its own named `point_<sweep>_<point-id>` whose outputs are all its cell files
-# (results/<hw>/<sweep>/<cell-id>.json): `python -m harness.point run <sweep> <point-id>` measures
+# (results/<hw>/<sweep>/<cell-id>.json): `python -m harness.run.point run <sweep> <point-id>` measures
 # them back to back in one call, every cell recording the call's `env.call_id`, so a ratio never
 # mixes two calls. A point whose files all exist is never recomputed (profiles set rerun-triggers
 # to mtime, so a changed command line does not re-measure it); a point with a file missing — a
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir)))
 
-from harness.point import points as group_points  # noqa: E402
-from harness.sweeps import PipelineProfile, load_profile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
+from harness.run.point import points as group_points  # noqa: E402
+from harness.run.sweeps import PipelineProfile, load_profile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
 
 if not config:
     raise WorkflowError("no pipeline config: run with --profile profiles/<name> (cpu-smoke, h200, paper, a100-40gb)")
@@ -49,11 +49,11 @@ GATE_REPORT = f"{R}/gate/report"
 TABLE_SWEEPS = PLAN.table_sweeps()
 ALL_TABLES = sorted(TABLE_SWEEPS)
 # Stand-in profiles (cpu-smoke) render tables from the paper-unit view of their results.
-MAKE_VIEW = f"{PYTHON} -m harness.sweeps view --results {R} --out {VIEW} && " if PROFILE.stand_in else ""
+MAKE_VIEW = f"{PYTHON} -m harness.run.sweeps view --results {R} --out {VIEW} && " if PROFILE.stand_in else ""
 
 
 def profile_arg():
-    """How `harness.point run` gets this run's pipeline profile: its file when the file says what
+    """How `harness.run.point run` gets this run's pipeline profile: its file when the file says what
     this run uses (the readable command line), else the profile as JSON (`--config` changed it)."""
     for f in reversed(list(workflow.configfiles)):
         try:
@@ -173,7 +173,7 @@ for _p in POINTS:
         output:
             _p.paths(PROFILE),
         params:
-            cmd=f"{shlex.quote(PYTHON)} -m harness.point run {_p.sweep} {_p.point_id} --profile {PROFILE_ARG}",
+            cmd=f"{shlex.quote(PYTHON)} -m harness.run.point run {_p.sweep} {_p.point_id} --profile {PROFILE_ARG}",
         threads: POINT_THREADS
         resources:
             gpu=_p.gpus if PROFILE.gpus else 0,

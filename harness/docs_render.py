@@ -439,7 +439,7 @@ API_AB_REPS = (0, 1)
 API_AB = tuple((_AB_CELL.format(rep=r, api="generate"), _AB_CELL.format(rep=r, api="completions"))
                for r in API_AB_REPS)
 API_AB_BAR = 0.98  # issue #30: the completions API within 2% of /generate's output throughput
-API_AB_CMD = ("python -m harness.cell system=granikv model=llama-3.1-8b tp=1 workload=sharegpt lp=16384 "
+API_AB_CMD = ("python -m harness.run.cell system=granikv model=llama-3.1-8b tp=1 workload=sharegpt lp=16384 "
               "batch=256 sweep=adhoc hardware=h200 client.api={api} tag=v1-{api} rep={rep}")
 
 
@@ -545,7 +545,7 @@ def _ours(v: Any, mixed: bool = False) -> str:
 
 def render_reproduction(src: Sources) -> str:
     """Paper against ours for the ratio columns of the serving tables (harness.tables' numbers)."""
-    from harness.results import load_results
+    from harness.run.results import load_results
     from harness.table_compare import build_table
     from harness.table_render import format_value
 

@@ -55,10 +55,10 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from harness.results import ResultFileError, load_cells
+from harness.run.results import ResultFileError, load_cells
 
 if TYPE_CHECKING:
-    from harness.sweeps import Cell
+    from harness.run.sweeps import Cell
 
 FORMAT = "granikv-gate-baseline/1"
 METRIC = "metrics.output_throughput"
@@ -405,13 +405,13 @@ _REP = re.compile(r"(-k\d+)-r\d+")
 
 def point_id(cell_id: str) -> str:
     """A cell id without its repetition (`...-k1-r2` -> `...-k1`): every rep of a configuration
-    shares it, whichever sweep ran it (harness.sweeps.cell_id)."""
+    shares it, whichever sweep ran it (harness.run.sweeps.cell_id)."""
     return _REP.sub(r"\1", cell_id, count=1)
 
 
 def planned_cells(sweep: str, profile: str) -> list[Cell]:
     """The cells the pipeline profile `profile` runs for conf/sweep/<sweep>.yaml."""
-    from harness.sweeps import load_profile, load_sweep, sweep_cells
+    from harness.run.sweeps import load_profile, load_sweep, sweep_cells
 
     try:
         return sweep_cells(load_sweep(sweep), load_profile(profile))

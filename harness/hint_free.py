@@ -171,10 +171,10 @@ def one_call(*cells: Cell) -> bool:
 
 
 def stale_marker(cells: Sequence[Cell], changes: Sequence[Any] | None = None, ancestry: Any = None) -> str:
-    """"§" when a row's cell predates a listed engine change in its scope (harness.engine_changes),
+    """"§" when a row's cell predates a listed engine change in its scope (harness.run.engine_changes),
     "" when none does or git cannot tell (a shallow clone). `changes` and `ancestry` (its git
     answers cached) are loaded once per table by the caller, else here."""
-    from harness.engine_changes import Ancestry, load_changes, predated
+    from harness.run.engine_changes import Ancestry, load_changes, predated
 
     changes = load_changes() if changes is None else changes
     ancestry = Ancestry() if ancestry is None else ancestry
@@ -186,7 +186,7 @@ def stale_marker(cells: Sequence[Cell], changes: Sequence[Any] | None = None, an
 
 
 def render(results: Path) -> str:
-    from harness.engine_changes import Ancestry, load_changes
+    from harness.run.engine_changes import Ancestry, load_changes
 
     cells = load_cells(results)
     changes, ancestry = load_changes(), Ancestry()
@@ -202,7 +202,7 @@ def render(results: Path) -> str:
              "decode steps, the share that ran each shared-run pass (classes per such step), and the readers "
              "re-pointed by promotions (docs/ARCHITECTURE.md, Storage and Attention). § after a row's "
              "label: one of its cells predates a later engine change listed in "
-             "`harness/data/engine_changes.yaml` (`python -m harness.engine_changes --results <dir> "
+             "`harness/data/engine_changes.yaml` (`python -m harness.run.engine_changes --results <dir> "
              f"--sweep adhoc`). {MIXED_MARK} after a ratio: its two cells do not carry one call id "
              "(`env.call_id`; a file without one is a call of its own), so it sets cells of different calls "
              "side by side and run-to-run spread enters it.", "",

@@ -40,7 +40,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from harness.paper import PAPER_HARDWARE, paper_figure, paper_table  # noqa: E402
-from harness.results import ResultSet, load_results  # noqa: E402
+from harness.run.results import ResultSet, load_results  # noqa: E402
 from harness.table_queries import TOK, canonical_model, where  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -49,7 +49,7 @@ SHORT_CALL = 8  # characters of a call id shown
 ADHOC = "adhoc"
 # folders under results/<hw>/ that hold no serving cells of the paper's sweeps
 NOT_SWEEPS = frozenset({ADHOC, "microbench", "engine", "ncu", "baselines", "gate"})
-# what identifies an A/B cell's point besides its system (its config, as `harness.cell` writes it)
+# what identifies an A/B cell's point besides its system (its config, as `harness.run.cell` writes it)
 POINT_KEYS = ("model", "tp", "workload", "lp", "batch", "k")
 
 

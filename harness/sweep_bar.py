@@ -7,7 +7,7 @@ ratio is taken, as the tables take theirs, over the repetitions whose granikv an
 carry one call id (`env.call_id`) where there are any; else over all its repetitions, and marked ‡
 (a mixed-call ratio: the two sides come from different calls, or from files without a call id).
 Each side's commits are shown too. Only granikv repetitions measured without the hint count; a
-point whose granikv cells all carry the hint is `pending` (re-measure it: `python -m harness.batch
+point whose granikv cells all carry the hint is `pending` (re-measure it: `python -m harness.run.batch
 lines table9 --stale results/h200`), never judged from the hinted numbers.
 """
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.results import load_cells
+from harness.run.results import load_cells
 
 SWEEP = "table9"
 MIN_LP = 2048

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.paper import PaperColumn, paper_table
-from harness.results import ResultSet
+from harness.run.results import ResultSet
 from harness.table_extract import EXTRACTORS, ours_rows
 from harness.table_queries import MIXED, is_number
 from harness.table_specs import TABLE_NUMBERS, TABLE_SPECS

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 
 from harness.paper import PaperTable
-from harness.results import ResultSet
+from harness.run.results import ResultSet
 from harness.table_queries import (
     SYSTEM_OF_NAME,
     SYSTEM_OF_PREFIX,

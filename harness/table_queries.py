@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from harness.results import CALL_ID, ResultSet
+from harness.run.results import CALL_ID, ResultSet
 
 # Paper column prefix -> our system variant.
 SYSTEM_OF_PREFIX: Mapping[str, str] = {"SGL": "paged", "SGL-C": "cascade", "GKV": "granikv",

@@ -111,7 +111,7 @@ def _stale_lines(t: ComparedTable) -> list[str]:
         return []
     return [f"{n} row(s) marked {STALE_MARK} include cells measured before a later engine change listed in "
             "`harness/data/engine_changes.yaml`: re-measured at HEAD they would not give these numbers "
-            f"(which cells and changes: `python -m harness.engine_changes --results results/{t.hardware}`)."]
+            f"(which cells and changes: `python -m harness.run.engine_changes --results results/{t.hardware}`)."]
 
 
 MIXED_RULE = ("no repetition of the point holds the compared cells with one `env.call_id` (a file without one is a "
@@ -233,7 +233,7 @@ def render_headline(t: ComparedTable) -> str:
     lines = [_markdown([_pipe_escape(h) for h in head], rows)]
     if any(r.stale for r in shown):
         lines += ["", f"{STALE_MARK}: measured before a later engine change; re-measured at HEAD these "
-                      f"numbers would differ (`python -m harness.engine_changes --results results/{t.hardware}`)."]
+                      f"numbers would differ (`python -m harness.run.engine_changes --results results/{t.hardware}`)."]
     if any(r.mixed_call for r in shown):
         lines += ["", MIXED_LEGEND]
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@
 writes table<n>.{md,tex,csv} and an index README.md. Tables are pure functions of result files:
 what feeds each table is `harness.table_specs`, the extraction `harness.table_extract`, the
 compared table `harness.table_compare.build_table`, its printing `harness.table_render`. Rows
-whose cells predate a later engine change (`harness.engine_changes`) are marked where git can tell;
+whose cells predate a later engine change (`harness.run.engine_changes`) are marked where git can tell;
 ratios whose systems come from different calls (`harness.table_queries.ratio_reps`) are marked ‡,
 and the index counts, per table and TP, the points behind such ratios (`mixed_call_points`;
 `count_mixed_call_points(results, tp=1)` is the number for one TP over every table).
@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from harness.paper import PAPER_HARDWARE
-from harness.results import ResultSet, load_results
+from harness.run.results import ResultSet, load_results
 from harness.table_compare import ComparedTable, build_table, mark_stale
 from harness.table_render import MIXED_MARK, RENDERERS, render_headline
 from harness.table_specs import TABLE_NUMBERS
@@ -35,7 +35,7 @@ def stale_cell_paths(results: ResultSet, changes: Sequence[Any] | None = None,
     """The cells (paths as `results` holds them) that predate a listed engine change
     (`harness/data/engine_changes.yaml` unless `changes` is given); None when git cannot answer
     (no git, or a clone without the cells' commits)."""
-    from harness.engine_changes import stale_cells
+    from harness.run.engine_changes import stale_cells
 
     stale = stale_cells(results.cells, changes, repo)
     return None if stale is None else set(stale)
@@ -49,7 +49,7 @@ def headline_block(results: ResultSet) -> str:
 
 
 
-# granikv's own knobs (harness.point.GRANIKV_KNOBS): a cell id suffix that does not split a point
+# granikv's own knobs (harness.run.point.GRANIKV_KNOBS): a cell id suffix that does not split a point
 _KNOBS = ("hot_fraction", "cold_page_size", "m_sat", "share_depth")
 
 
@@ -141,7 +141,7 @@ def write_tables(results: ResultSet, out_dir: Path | str,
              f"were measured on {PAPER_HARDWARE}" + (f", ours on {results.gpu}." if results.gpu else "."), "",
              "Each result file names the commit it was measured at; rows marked § include cells measured "
              "before a later engine change of `harness/data/engine_changes.yaml` (which cells and changes: "
-             f"`python -m harness.engine_changes --results results/{results.hardware}`). Each point's "
+             f"`python -m harness.run.engine_changes --results results/{results.hardware}`). Each point's "
              "repetitions side by side (spread, per-run ratios) and the A/B cells of `adhoc/` beside their "
              f"baseline point are in `repetitions.md` (`python -m harness.report --results "
              f"results/{results.hardware} --out {out.as_posix()}/repetitions.md`).", "",

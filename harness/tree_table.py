@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.results import load_cells
+from harness.run.results import load_cells
 
 SWEEP = "tree"
 MIXED = "‡"
@@ -30,7 +30,7 @@ VARIANTS = (("paged", "paged", None), ("cascade", "cascade", None), ("granikv", 
 # issue #39's bars: (workload, numerator, denominator, at least)
 BARS = (("tree", "granikv", "cascade", 2.2), ("tree", "granikv", "two-level", 1.35),
         ("debate", "granikv", "cascade", 1.4))
-COMMAND = "python -m harness.batch lines tree --missing results/h200 > cells.txt  # then harness.batch run"
+COMMAND = "python -m harness.run.batch lines tree --missing results/h200 > cells.txt  # then harness.run.batch run"
 
 
 @dataclass(frozen=True)

@@ -359,7 +359,7 @@ def merge_table5(result: dict, records: list[dict], checks: list[dict], env: dic
                  plan: KernelBenchPlan) -> dict:
     """`result` (a whole run) with its Table 5 records replaced by `records` (one `table5()` run, so
     every ratio between them is within one run), each carrying that run's `env` (which
-    harness.results prefers to the file's); the checks of the same ops replaced; the bars
+    harness.run.results prefers to the file's); the checks of the same ops replaced; the bars
     recomputed from the merged records; the run listed under `stages`. Other records untouched."""
     out = dict(result)
     old = [r for r in result["records"] if is_table5_record(r)]

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from granikv.memory import ColdPool, HotPool, make_storage
-from harness.provenance import git_sha
+from harness.run.provenance import git_sha
 
 NUM_SLOTS = 1 << 20
 LP = 16384

@@ -6,8 +6,9 @@ import json
 import pytest
 
 from harness.microbench import replay as R
-from harness.results import validate_microbench
-from harness.workloads import WorkloadConfig, generate, write
+from harness.run.results import validate_microbench
+from harness.run.workloads.build import generate, write
+from harness.run.workloads.config import WorkloadConfig
 
 
 def workload(k, lp, n, suffix_len=4, output_len=4):

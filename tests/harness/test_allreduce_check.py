@@ -45,6 +45,6 @@ def test_nearest_batch_of_the_same_hidden_size_and_no_nccl_is_an_error(tmp_path)
     assert allreduce.main(["--engine-cell", str(cell), "--measured", str(meas), "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["records"][0]["engine_over_isolated"] == pytest.approx(1.1)
-    from harness.results import validate_microbench
+    from harness.run.results import validate_microbench
 
     validate_microbench(doc, out)  # the tables load it with the other microbench files

@@ -1,4 +1,4 @@
-"""harness.batch: cell lists, the xz carry round trip, the time budget, points run whole in one call."""
+"""harness.run.batch: cell lists, the xz carry round trip, the time budget, points run whole in one call."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from fake_cell import fake_cells, write_result
 from proc_testutil import wait_dead
 
-from harness import batch, cell_proc, point
+from harness.run import batch, point
+from harness.run import proc as cell_proc
 
 
 def test_read_cells_skips_comments_and_blank_lines(tmp_path):
@@ -230,8 +231,8 @@ def _cell_list(tmp_path, cells):
     return f
 
 
-# A cell stand-in: it starts a "server" in a session of its own (as harness.systems does) and,
-# like harness.cell, stops it on SIGTERM; the server's pid goes to a file.
+# A cell stand-in: it starts a "server" in a session of its own (as harness.run.systems does) and,
+# like harness.run.cell, stops it on SIGTERM; the server's pid goes to a file.
 _CELL = r"""
 import os, signal, subprocess, sys, time
 server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -300,7 +301,7 @@ def test_a_cell_that_finishes_in_time_returns_its_exit_code(tmp_path):
 
 
 def test_a_runner_stopped_while_it_waits_stops_its_cell_first(tmp_path):
-    """harness.point turns SIGTERM (Snakemake stopping the job) into SystemExit inside run_until's
+    """harness.run.point turns SIGTERM (Snakemake stopping the job) into SystemExit inside run_until's
     wait: the cell is SIGTERMed before the runner unwinds, so it stops its server."""
     import os
     import signal
@@ -328,7 +329,7 @@ def test_a_runner_stopped_while_it_waits_stops_its_cell_first(tmp_path):
 
 def test_prepare_writes_the_commit_the_host_records(tmp_path, monkeypatch):
     """The host's copy of the tree may have a stale or no .git: scripts/gpu-host-env.sh exports
-    the commit `prepare` wrote as GIT_SHA, which harness.provenance records in every cell."""
+    the commit `prepare` wrote as GIT_SHA, which harness.run.provenance records in every cell."""
     monkeypatch.setenv("GIT_SHA", "c" * 40)
     assert batch.write_sha(tmp_path / ".carry" / "src.sha") == "c" * 40
     assert (tmp_path / ".carry" / "src.sha").read_text().strip() == "c" * 40
@@ -340,8 +341,8 @@ def test_batch_and_the_engine_change_check_do_not_import_each_other():
     import subprocess
     import sys
 
-    for first, never in (("harness.engine_changes", "harness.batch"), ("harness.report", "harness.batch"),
-                         ("harness.batch", "harness.engine_changes")):
+    for first, never in (("harness.run.engine_changes", "harness.run.batch"), ("harness.report", "harness.run.batch"),
+                         ("harness.run.batch", "harness.run.engine_changes")):
         code = f"import sys, {first}; assert {never!r} not in sys.modules"
         subprocess.run([sys.executable, "-c", code], cwd=batch.ROOT, check=True)
 

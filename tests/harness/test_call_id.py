@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from harness import cell_env
-from harness.results import ResultFileError, load_cells
+from harness.run import env as cell_env
+from harness.run.results import ResultFileError, load_cells
 
 
 def test_a_cell_records_the_call_it_runs_in_or_one_of_its_own(monkeypatch):

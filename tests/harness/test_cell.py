@@ -1,4 +1,4 @@
-"""harness.cell: one cell end to end -> a valid result file; never overwrites; one-line summary.
+"""harness.run.cell: one cell end to end -> a valid result file; never overwrites; one-line summary.
 
 End-to-end runs use tests/harness/fake_engine.py as the engine (`server.module=...`, a test
 double: its numbers mean nothing); the composition tests use Hydra's compose API.
@@ -20,9 +20,11 @@ import pytest
 from hydra import compose, initialize_config_dir
 from proc_testutil import alive as _alive
 
-from harness import cell, cell_config, cell_env
-from harness.results import validate_cell
-from harness.sweeps import cell_id
+from harness.run import cell
+from harness.run import config as cell_config
+from harness.run import env as cell_env
+from harness.run.results import validate_cell
+from harness.run.sweeps import cell_id
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "server.module=tests.harness.fake_engine"
@@ -35,7 +37,7 @@ def _compose(*overrides: str):
 
 def _run(*overrides: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != cell_env.CALL_ID_ENV}  # a cell run alone
-    return subprocess.run([sys.executable, "-m", "harness.cell", *overrides], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "harness.run.cell", *overrides], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, env=env)
 
 
@@ -223,7 +225,7 @@ def test_a_cell_refuses_a_busy_gpu_before_starting_its_server(tmp_path, monkeypa
 
 def test_a_cell_stopped_during_its_run_writes_no_result(tmp_path):
     """SIGTERM raised inside aiohttp's protocol callback is caught there and becomes one failed
-    request (harness.batch's deadline once left such a cell's 499-of-500 result behind): the
+    request (harness.run.batch's deadline once left such a cell's 499-of-500 result behind): the
     handler's event, not the exception, is what keeps the result file from being written."""
     cfg = _compose("model=tiny", "hardware=cpu", "workload=burst", "lp=16", "batch=2", "num_prompts=2",
                    "output_len=3", "workload.suffix_len=4", "warmup=0", f"results_dir={tmp_path}/r",
@@ -242,7 +244,7 @@ def test_a_cell_stopped_during_its_run_writes_no_result(tmp_path):
 
 def test_sigterm_to_the_cell_stops_the_server_and_writes_nothing(tmp_path):
     pidfile = tmp_path / "server.pid"
-    proc = subprocess.Popen([sys.executable, "-m", "harness.cell", "model=tiny", "hardware=cpu", "workload=burst",
+    proc = subprocess.Popen([sys.executable, "-m", "harness.run.cell", "model=tiny", "hardware=cpu", "workload=burst",
                              "lp=16", "batch=1", "num_prompts=1", "output_len=1000", "workload.suffix_len=4",
                              "warmup=0", f"results_dir={tmp_path}/r", f"workloads_dir={tmp_path}/w", FAKE,
                              "+hardware.env.FAKE_TOKEN_DELAY=1", f"+hardware.env.FAKE_PIDFILE={pidfile}"],
@@ -277,7 +279,7 @@ def test_a_stalled_engine_fails_the_cell_instead_of_hanging(tmp_path):
 
 
 def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it():
-    from harness.cell import engine_counters, warmup_counters
+    from harness.run.cell import engine_counters, warmup_counters
 
     info = {"steps": {"extend": 3, "decode": 9}, "step_time_s": {"extend": 0.5, "decode": 1.5},
             "loop": {"idle_s": 0.2, "add_s": 0.1, "adds": 4, "step_s": 2.1, "steps": 12, "send_s": 0.05,
@@ -289,7 +291,7 @@ def test_engine_counters_flatten_the_loop_clock_so_the_warm_up_snapshot_keeps_it
 
 
 def test_engine_counters_keep_the_dispatchers_class_sizes():
-    from harness.cell import engine_counters, warmup_counters
+    from harness.run.cell import engine_counters, warmup_counters
 
     attn = {"decode_steps": 3, "cascade_steps": 2, "class_decisions": {"dense": 0, "cascade": 4, "plain": 1},
             "class_sizes": {"dense": {}, "cascade": {"64": 3, "65": 1}, "plain": {"1": 1}}, "other": {"x": 1}}
@@ -300,7 +302,7 @@ def test_engine_counters_keep_the_dispatchers_class_sizes():
 
 
 def test_a_tag_names_an_ab_cell_apart_and_is_absent_by_default():
-    from harness.sweeps import cell_id
+    from harness.run.sweeps import cell_id
 
     base = {"system": "granikv", "model": "llama-3.1-8b", "tp": 1, "workload": "sharegpt", "lp": 16384,
             "batch": 256, "k": 1, "rep": 0}

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import cell_env
+from harness.run import env as cell_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cell(tmp_path: Path, *overrides: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != cell_env.CALL_ID_ENV}  # a cell run alone
-    out = subprocess.run([sys.executable, "-m", "harness.cell", "system=granikv", "model=tiny", "hardware=cpu",
+    out = subprocess.run([sys.executable, "-m", "harness.run.cell", "system=granikv", "model=tiny", "hardware=cpu",
                           "batch=4", "output_len=4", "workload.suffix=synthetic", "workload.suffix_len=8",
                           f"results_dir={tmp_path}/results", f"workloads_dir={tmp_path}/workloads", *overrides],
                          cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)

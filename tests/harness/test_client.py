@@ -19,11 +19,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_server import DISCONNECT, HANG, HTTP_500, NO_DONE, FakeServer, FakeTimings  # noqa: E402
 
-from harness import client as cl  # noqa: E402
-from harness import workloads as wl  # noqa: E402
-from harness.client import ClientConfig, run_benchmark  # noqa: E402
-from harness.metrics import RequestRecord, compute_metrics  # noqa: E402
-from harness.workloads import WorkloadRequest  # noqa: E402
+from harness.run.client import cli as client_cli
+from harness.run.client.benchmark import BenchmarkResult, ClientConfig, run_benchmark  # noqa: E402
+from harness.run.client.metrics import RequestRecord, compute_metrics  # noqa: E402
+from harness.run.workloads.build import write
+from harness.run.workloads.config import WorkloadConfig
+from harness.run.workloads.naming import workload_filename
+from harness.run.workloads.requests import WorkloadRequest  # noqa: E402
 
 SLACK = 0.005  # timer granularity: a sleep of d may be observed as d - SLACK at worst
 
@@ -50,7 +52,7 @@ def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1, t_units=None) -> li
     ]
 
 
-def _run(url: str, reqs: list[WorkloadRequest], **kw) -> cl.BenchmarkResult:
+def _run(url: str, reqs: list[WorkloadRequest], **kw) -> BenchmarkResult:
     kw.setdefault("warmup_requests", 0)
     kw.setdefault("progress", False)
     return asyncio.run(run_benchmark(url, reqs, ClientConfig(**kw)))
@@ -84,7 +86,7 @@ def _definition(records: list[RequestRecord]) -> dict[str, float]:
     return d
 
 
-def _assert_matches_definition(result: cl.BenchmarkResult) -> None:
+def _assert_matches_definition(result: BenchmarkResult) -> None:
     expect = _definition(result.records)
     for key, value in expect.items():
         assert result.metrics[key] == pytest.approx(value, rel=1e-12, abs=1e-12), key
@@ -274,11 +276,11 @@ def test_poisson_send_times_follow_the_workload(server):
 
 def test_cli_end_to_end(server, tmp_path, capsys):
     server.timings = FakeTimings(first_token_delay=0.01, inter_token_delay=0.005)
-    cfg = wl.WorkloadConfig.for_kind("burst", lp=8, num_requests=4, suffix_len=4, output_len=3,
+    cfg = WorkloadConfig.for_kind("burst", lp=8, num_requests=4, suffix_len=4, output_len=3,
                                      vocab_size=1024)
-    path = wl.write(cfg, tmp_path / wl.workload_filename(cfg))
+    path = write(cfg, tmp_path / workload_filename(cfg))
     out = tmp_path / "res.json"
-    rc = cl.main(["--url", server.base_url, "--workload", str(path), "--rate", "inf",
+    rc = client_cli.main(["--url", server.base_url, "--workload", str(path), "--rate", "inf",
                   "--max-concurrency", "2", "--no-progress", "--output", str(out), "--flush-cache"])
     assert rc == 0
     assert "Serving Benchmark Result" in capsys.readouterr().out

@@ -14,9 +14,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_server import DISCONNECT, HTTP_500, NO_DONE, FakeServer, FakeTimings  # noqa: E402
 
-from harness import client as cl  # noqa: E402
-from harness.client import ClientConfig, run_benchmark  # noqa: E402
-from harness.workloads import WorkloadRequest  # noqa: E402
+from harness.run.client import cli as client_cli
+from harness.run.client.benchmark import BenchmarkResult, ClientConfig, run_benchmark  # noqa: E402
+from harness.run.client.metrics import RequestRecord
+from harness.run.client.stream import CompletionEvents
+from harness.run.workloads.requests import WorkloadRequest  # noqa: E402
 
 SLACK = 0.005
 
@@ -35,7 +37,7 @@ def _reqs(n: int, out: int = 5, lp: int = 0, first: int = 1) -> list[WorkloadReq
             for i in range(n)]
 
 
-def _run(url: str, reqs: list[WorkloadRequest], **kw) -> cl.BenchmarkResult:
+def _run(url: str, reqs: list[WorkloadRequest], **kw) -> BenchmarkResult:
     kw.setdefault("warmup_requests", 0)
     kw.setdefault("progress", False)
     kw.setdefault("api", "completions")
@@ -114,8 +116,8 @@ def test_failures_are_recorded(server):
 
 
 def test_an_error_event_ends_the_stream_as_a_failure():
-    rec = cl.RequestRecord(id="x", prompt_len=3, max_new_tokens=4)
-    ev = cl._CompletionEvents(rec)
+    rec = RequestRecord(id="x", prompt_len=3, max_new_tokens=4)
+    ev = CompletionEvents(rec)
     assert not ev.line(b'data: {"choices": [{"index": 0, "text": "a"}], "usage": null}', 0.1)
     assert ev.line(b'data: {"error": {"message": "engine died"}}', 0.2)
     ev.finish()
@@ -123,12 +125,14 @@ def test_an_error_event_ends_the_stream_as_a_failure():
 
 
 def test_cli_takes_the_api(server, tmp_path):
-    from harness import workloads as wl
+    from harness.run.workloads.build import write
+    from harness.run.workloads.config import WorkloadConfig
+    from harness.run.workloads.naming import workload_filename
 
     server.timings = FakeTimings(first_token_delay=0.0, inter_token_delay=0.0)
-    cfg = wl.WorkloadConfig.for_kind("burst", lp=8, num_requests=2, suffix_len=4, output_len=3, vocab_size=1024)
-    path = wl.write(cfg, tmp_path / wl.workload_filename(cfg))
-    assert cl.main(["--url", server.base_url, "--workload", str(path), "--no-progress", "--api", "completions",
+    cfg = WorkloadConfig.for_kind("burst", lp=8, num_requests=2, suffix_len=4, output_len=3, vocab_size=1024)
+    path = write(cfg, tmp_path / workload_filename(cfg))
+    assert client_cli.main(["--url", server.base_url, "--workload", str(path), "--no-progress", "--api", "completions",
                     "--model", "m", "--warmup-requests", "0"]) == 0
     assert server.events == ["completions", "completions"] and server.payloads[0]["model"] == "m"
 
@@ -148,7 +152,7 @@ def test_the_bundled_servers_two_apis_read_alike():
     from granikv.server.loop import EngineLoop
     from granikv.server.text import TextCodec
 
-    async def measure(loop: EngineLoop) -> dict[str, cl.BenchmarkResult]:
+    async def measure(loop: EngineLoop) -> dict[str, BenchmarkResult]:
         runner = web.AppRunner(build_app(loop, TextCodec()))
         await runner.setup()
         await tcp_site(runner, "127.0.0.1", 0).start()

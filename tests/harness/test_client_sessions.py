@@ -18,9 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fake_server import HTTP_500, FakeServer, FakeTimings  # noqa: E402
 
-from harness import workloads as wl  # noqa: E402
-from harness.client import ClientConfig, run_benchmark, session_rounds  # noqa: E402
-from harness.workloads import WorkloadConfig, WorkloadRequest  # noqa: E402
+from harness.run.client.benchmark import ClientConfig, run_benchmark
+from harness.run.client.sessions import session_rounds  # noqa: E402
+from harness.run.workloads.build import generate, write
+from harness.run.workloads.config import WorkloadConfig
+from harness.run.workloads.requests import (
+    WorkloadRequest,  # noqa: E402
+    max_prompt_len,
+)
 
 D, K, R, OUT = 2, 3, 3, 4
 
@@ -35,7 +40,7 @@ def _workload(**kw) -> list[WorkloadRequest]:
     cfg = WorkloadConfig.for_kind("debate", **{
         "lp": 10, "la": 4, "k": K, "rounds": R, "num_requests": D * K * R, "suffix": "synthetic",
         "suffix_len": 5, "output_len": OUT, "vocab_size": 1024, **kw})
-    return wl.generate(cfg)
+    return generate(cfg)
 
 
 def _server(**kw) -> FakeServer:
@@ -100,7 +105,7 @@ def test_each_round_prompt_is_system_topic_earlier_outputs_and_role(api, increme
         assert all(p.get("return_token_ids") is True for p in srv.payloads)
     else:
         assert all("return_token_ids" not in p for p in srv.payloads)
-    assert wl.max_prompt_len(reqs) == max(map(len, sent))
+    assert max_prompt_len(reqs) == max(map(len, sent))
     assert res.metrics["completed"] == D * K * R and res.metrics["total_output_tokens"] == D * K * R * OUT
 
 
@@ -206,11 +211,11 @@ def test_session_rounds_refuses_a_cut_workload():
 
 
 def test_the_cli_refuses_to_cut_sessions(tmp_path, capsys):
-    from harness import client as cl
+    from harness.run.client import cli as client_cli
 
     cfg = WorkloadConfig.for_kind("debate", lp=10, la=4, k=K, rounds=R, num_requests=D * K * R, suffix="synthetic",
                                   suffix_len=5, output_len=OUT, vocab_size=1024)
-    path = wl.write(cfg, tmp_path / "d.jsonl")
+    path = write(cfg, tmp_path / "d.jsonl")
     with pytest.raises(SystemExit):
-        cl.main(["--url", "http://127.0.0.1:9", "--workload", str(path), "--num-requests", "4"])
+        client_cli.main(["--url", "http://127.0.0.1:9", "--workload", str(path), "--num-requests", "4"])
     assert "cut sessions apart" in capsys.readouterr().err

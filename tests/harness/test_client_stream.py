@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from granikv.server.app import sse_chunk
-from harness.client import _chunk, _read_stream
 from harness.diagnostics import client_stream
-from harness.metrics import RequestRecord
+from harness.run.client.metrics import RequestRecord
+from harness.run.client.stream import parse_chunk, read_stream
 
 
 def _meta(n: int, **kw) -> dict:
@@ -29,7 +29,7 @@ def _data(event: bytes) -> bytes:
                                   'quote \\" backslash \\\\ }', "ünïcødé \n newline"])
 def test_the_tail_parse_reads_what_a_full_parse_reads(text):
     data = _data(sse_chunk(text, "1,2,3", _meta(3)))
-    assert _chunk(data)["meta_info"] == json.loads(data)["meta_info"]
+    assert parse_chunk(data)["meta_info"] == json.loads(data)["meta_info"]
 
 
 @pytest.mark.parametrize("data", [
@@ -41,7 +41,7 @@ def test_the_tail_parse_reads_what_a_full_parse_reads(text):
     b'{"text": "a", "meta_info": {"prompt_tokens": 2}}',                            # no token count
 ])
 def test_anything_else_falls_back_to_the_full_parse(data):
-    assert _chunk(data) == json.loads(data)
+    assert parse_chunk(data) == json.loads(data)
 
 
 def _stream(n: int, crlf: bool = False, done: bool = True) -> bytes:
@@ -58,7 +58,7 @@ async def _read(pieces: list[bytes]) -> RequestRecord:
     loop = asyncio.get_running_loop()
     rd = client_stream._reader(loop)
     rec = RequestRecord(id="r", prompt_len=7, max_new_tokens=0)
-    task = asyncio.ensure_future(_read_stream(SimpleNamespace(content=rd), rec))
+    task = asyncio.ensure_future(read_stream(SimpleNamespace(content=rd), rec))
     for p in pieces:
         rd.feed_data(p)
         await asyncio.sleep(0)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import sweeps
+from harness.run import sweeps
 
 yte = pytest.importorskip("yte")  # Snakemake's profile templating, installed with snakemake (the harness extra)
 
@@ -133,7 +133,7 @@ def _dry_run(name: str, *extra: str, env: dict[str, str] | None = None) -> list[
 
 
 def _check_one_gpu_job_per_point(jobs, gpu_partition: str | None = None) -> None:
-    """A point's job (all its systems, one call: harness.point) asks for the point's TP in GPUs."""
+    """A point's job (all its systems, one call: harness.run.point) asks for the point's TP in GPUs."""
     for rule, output, res in jobs:
         if rule.startswith("point_"):
             tps = {int(t) for t in re.findall(r"-tp(\d+)-", output)}

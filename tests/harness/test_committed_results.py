@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.results import load_results
+from harness.run.results import load_results
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -46,7 +46,7 @@ def _committed(root: Path) -> list[Path]:
 
 def test_results_hold_current_cells_only():
     """Superseded cells and run logs live in git's history, not in results/: a re-measured cell
-    replaces its file (`python -m harness.batch land`)."""
+    replaces its file (`python -m harness.run.batch land`)."""
     for path in _committed(RESULTS):
         rel = path.relative_to(RESULTS)
         assert "history" not in rel.parts and "batch-logs" not in rel.parts, rel

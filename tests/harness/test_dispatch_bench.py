@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from harness.microbench import dispatch
-from harness.results import load_results
+from harness.run.results import load_results
 from harness.table_compare import build_table
 
 

@@ -1,5 +1,5 @@
-"""harness.engine_changes: which result files predate a listed engine change, asked of git;
-the tables' § marks and `harness.batch lines --stale` built on it."""
+"""harness.run.engine_changes: which result files predate a listed engine change, asked of git;
+the tables' § marks and `harness.run.batch lines --stale` built on it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import batch, engine_changes
-from harness.results import load_results
+from harness.run import batch, engine_changes
+from harness.run.results import load_results
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -191,7 +191,7 @@ def test_batch_lines_re_measure_the_points_of_the_stale_cells(monkeypatch, tmp_p
     assert len(everything) == 3 and not any("overwrite" in line for line in everything)
     target = "model=llama-3.1-8b tp=1 workload=burst num_prompts=32 system=granikv lp=16384 batch=32"
     cell_id = None
-    from harness.sweeps import load_profile, load_sweep, sweep_cells
+    from harness.run.sweeps import load_profile, load_sweep, sweep_cells
 
     for c in sweep_cells(load_sweep("table6"), load_profile(prof)):
         if " ".join(c.overrides(load_profile(prof))).startswith(target):
@@ -226,7 +226,7 @@ def test_batch_lines_cover_stale_repetitions_beyond_the_profile(monkeypatch, tmp
     """The h200 profile runs one rep, batch lists add `rep=1`, `rep=2`: a stale point's extra
     reps are re-measured too (else the tables would average a new rep 0 with stale reps), each
     whole, right after their rep 0 and only where a file of theirs is stale."""
-    from harness.sweeps import load_profile, load_sweep, sweep_cells
+    from harness.run.sweeps import load_profile, load_sweep, sweep_cells
 
     prof_path = Path(batch.ROOT / "profiles" / "h200" / "pipeline.yaml")
     prof = load_profile(prof_path)
@@ -260,7 +260,7 @@ def test_tables_mark_the_rows_built_from_stale_cells(repo, tmp_path):
     import re
 
     from harness import table_compare, table_render, tables
-    from harness.results import load_results
+    from harness.run.results import load_results
 
     r, sha = repo
     res_dir = tmp_path / "results" / "hw"
@@ -282,7 +282,7 @@ def test_tables_mark_the_rows_built_from_stale_cells(repo, tmp_path):
     assert flags[(8192, 256)] and not flags[(512, 256)] and sum(flags.values()) == 1
     md = re.sub(" +", " ", table_render.render_markdown(marked))  # pandas pads the columns
     assert f"| 8192{table_render.STALE_MARK} | 256 |" in md and "| 512 | 256 |" in md
-    assert f"1 row(s) marked {table_render.STALE_MARK}" in md and "python -m harness.engine_changes" in md
+    assert f"1 row(s) marked {table_render.STALE_MARK}" in md and "python -m harness.run.engine_changes" in md
     assert r"8192\S{}" in table_render.render_latex(marked)
     assert table_render.STALE_MARK not in table_render.render_markdown(t)  # unmarked without the audit
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("w") / "burst.jsonl"
-    subprocess.run([sys.executable, "-m", "harness.workloads", "--kind", "burst", "--num-requests", "6",
+    subprocess.run([sys.executable, "-m", "harness.run.workloads", "--kind", "burst", "--num-requests", "6",
                     "--lp", "48", "--suffix-len", "8", "--output-len", "12", "--vocab-size", "1024",
                     "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
     return out

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import gate, sweeps
+from harness import gate
+from harness.run import sweeps
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {"gpu": "FIXTURE (fake numbers)", "git_sha": "0000000"}
@@ -25,7 +26,7 @@ H200_GATE = sweeps.sweep_cells(sweeps.load_sweep("gate"), sweeps.load_profile("h
 
 def write(root: Path, sweep: str, cell: sweeps.Cell, tok: float, *, rep: int = 0, call: str | None = None,
           **config) -> None:
-    """A result file for the planned `cell` under `root/<sweep>/`, as harness.cell names it (with
+    """A result file for the planned `cell` under `root/<sweep>/`, as harness.run.cell names it (with
     `env.call_id` = `call` when given)."""
     values = {k: v for k, v in cell.values.items() if "." not in k and k != "stands_for"}
     values.setdefault("num_prompts", 500)
@@ -106,7 +107,7 @@ def test_gate_runs_match_the_reproduction_baseline_and_write_reports(tmp_path, c
     base = tmp_path / "h200.json"
     assert gate.main(["--results", str(res), "--sweep", "table9", "--sweep", "table20", "--baseline", str(base),
                       "--write-baseline", "--cells", "gate"]) == 0
-    def call(c: sweeps.Cell) -> str:  # one call per point, as harness.point runs the gate's points
+    def call(c: sweeps.Cell) -> str:  # one call per point, as harness.run.point runs the gate's points
         return f"call-{c.values['workload']}-{c.values['lp']}-{c.values['batch']}"
 
     for c in H200_GATE:  # the gate's own run: same configurations, sweep "gate"

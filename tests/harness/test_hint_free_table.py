@@ -105,7 +105,7 @@ def test_render_of_a_small_results_folder(tmp_path):
 
 def test_a_row_with_a_cell_before_a_listed_change_is_marked():
     """§ follows git: a cell measured at a commit that lacks an in-scope change marks its row."""
-    from harness.engine_changes import Ancestry, EngineChange
+    from harness.run.engine_changes import Ancestry, EngineChange
 
     if Ancestry().contains("9660414", "2983f80") is None:
         pytest.skip("this clone lacks the commits (shallow)")

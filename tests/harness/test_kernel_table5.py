@@ -14,7 +14,7 @@ import torch
 from granikv.kernels import CASCADE_CONFIG, DecodeConfig, PrefixConfig
 from harness.microbench import kernels
 from harness.microbench.kernel_bench import SMOKE, Bench
-from harness.results import load_microbench
+from harness.run.results import load_microbench
 
 # a dense config small enough for the interpreter; min_split_len 32 lets the short prefixes split
 DENSE = PrefixConfig(block_m=32, block_n=16, num_warps=4, num_stages=2, min_split_len=32, target_programs=1,

@@ -77,7 +77,7 @@ def test_cli_says_clearly_when_ncu_is_missing(tmp_path, capsys):
 def test_records_feed_table23(tmp_path):
     """The records this module writes are what harness.tables reads for Table 23: the dense kernel's
     captures fill the paper's two columns, the paged decode's only its own extra rows."""
-    from harness.results import load_results
+    from harness.run.results import load_results
     from harness.table_compare import build_table
 
     shape = ncu.Shape()

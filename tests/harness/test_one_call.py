@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from harness import table_compare, table_queries, table_render, tables
-from harness.results import ResultSet, load_cells
+from harness.run.results import ResultSet, load_cells
 
 MODEL = {1: "llama-3.1-8b", 2: "qwen2.5-14b"}
 SWEEP = {1: "table9", 2: "table10"}

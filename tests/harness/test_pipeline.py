@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import sweeps
-from harness.results import load_results
+from harness.run import sweeps
+from harness.run.results import load_results
 from harness.table_specs import TABLE_NUMBERS
 
 ROOT = Path(__file__).resolve().parents[2]

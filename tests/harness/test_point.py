@@ -1,4 +1,4 @@
-"""harness.point: cells grouped into points, point ids, the run order over reps, one call id per
+"""harness.run.point: cells grouped into points, point ids, the run order over reps, one call id per
 point (recorded by every cell), `lines --mixed/--missing`, and the Snakemake plan of one job per
 point."""
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from fake_cell import fake_cells, write_result
 
-from harness import batch, cell_env, point, sweeps
-from harness.results import validate_cell
+from harness.run import batch, point, sweeps
+from harness.run import env as cell_env
+from harness.run.results import validate_cell
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "server.module=tests.harness.fake_engine"
@@ -159,7 +160,7 @@ def _plain(profile: sweeps.PipelineProfile) -> dict:
 
 
 def test_harness_point_runs_real_cells_that_record_the_shared_call(tmp_path):
-    """End to end through harness.cell (the fake engine serves): both cells of cpu-smoke's
+    """End to end through harness.run.cell (the fake engine serves): both cells of cpu-smoke's
     Table 24 point record one call id."""
     prof = _plain(_profile("cpu-smoke"))
     prof.update(
@@ -169,7 +170,7 @@ def test_harness_point_runs_real_cells_that_record_the_shared_call(tmp_path):
     profile = point.profile_of(json.dumps(prof))
     (p,) = point.points(sweeps.sweep_cells(sweeps.load_sweep("table24"), profile))
     out = subprocess.run(
-        [sys.executable, "-m", "harness.point", "run", "table24", p.point_id, "--profile", json.dumps(prof)],
+        [sys.executable, "-m", "harness.run.point", "run", "table24", p.point_id, "--profile", json.dumps(prof)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -284,8 +285,8 @@ def test_snakemake_runs_one_job_per_point_that_writes_all_its_cells(tmp_path):
         job = jobs[f"point_{p.sweep}_{p.point_id}"]
         assert sorted(job["output"]) == sorted(p.paths(profile))
         cmd = job["shell"].split()
-        assert cmd[1:6] == ["-m", "harness.point", "run", p.sweep, p.point_id] and cmd[6] == "--profile"
-    # `--config` changed the profile: the job carries it as JSON, which harness.point reads back
+        assert cmd[1:6] == ["-m", "harness.run.point", "run", p.sweep, p.point_id] and cmd[6] == "--profile"
+    # `--config` changed the profile: the job carries it as JSON, which harness.run.point reads back
     shell = next(iter(jobs.values()))["shell"]
     assert point.profile_of(shlex.split(shell)[7]) == profile
     # a point with one cell measured: the job still writes (re-measures) all its cells
@@ -299,5 +300,5 @@ def test_the_snakemake_job_names_the_profile_file_when_it_is_what_runs():
     jobs = _jobs(_dry_run("-F", "point_table9_tiny-tp1-sharegpt-lp256-b4-k1-r0"))
     assert list(jobs) == ["point_table9_tiny-tp1-sharegpt-lp256-b4-k1-r0"]
     assert jobs["point_table9_tiny-tp1-sharegpt-lp256-b4-k1-r0"]["shell"].endswith(
-        "-m harness.point run table9 tiny-tp1-sharegpt-lp256-b4-k1-r0 --profile profiles/cpu-smoke/pipeline.yaml"
+        "-m harness.run.point run table9 tiny-tp1-sharegpt-lp256-b4-k1-r0 --profile profiles/cpu-smoke/pipeline.yaml"
     )

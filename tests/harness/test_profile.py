@@ -23,7 +23,7 @@ from granikv.profiling import capture, categorize, kernel_events, summarize, uni
 from granikv.server.app import build_app  # noqa: E402
 from granikv.server.loop import EngineLoop  # noqa: E402
 from granikv.server.text import TextCodec  # noqa: E402
-from harness.profile import SteadyPolicy, alongside, profile_when_steady  # noqa: E402
+from harness.run.profile import SteadyPolicy, alongside, profile_when_steady  # noqa: E402
 
 # names as torch.profiler reports them on an H100/H200 (Triton kernels by their function name)
 REAL_NAMES = {
@@ -340,14 +340,14 @@ def test_cell_with_profile_true_records_a_failed_capture_and_still_writes_the_re
     import json
     import subprocess
 
-    from harness.results import validate_cell
+    from harness.run.results import validate_cell
 
     root = Path(__file__).resolve().parents[2]
     overrides = ["system=granikv", "model=tiny", "hardware=cpu", "workload=burst", "lp=32", "batch=4",
                  "num_prompts=6", "output_len=5", "workload.suffix_len=8", "sweep=table13", "profile=true",
                  f"results_dir={tmp_path}/results", f"workloads_dir={tmp_path}/workloads",
                  "server.module=tests.harness.fake_engine"]
-    out = subprocess.run([sys.executable, "-m", "harness.cell", *overrides], cwd=root, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "harness.run.cell", *overrides], cwd=root, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     [path] = (tmp_path / "results" / "cpu" / "table13").glob("*.json")

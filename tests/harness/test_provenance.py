@@ -1,4 +1,4 @@
-"""harness.provenance.git_sha: GIT_SHA wins (a lent host's .git may be stale); otherwise HEAD,
+"""harness.run.provenance.git_sha: GIT_SHA wins (a lent host's .git may be stale); otherwise HEAD,
 marked -dirty when tracked files differ from it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 
-from harness import provenance
+from harness.run import provenance
 
 
 def test_env_override(monkeypatch):

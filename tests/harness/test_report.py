@@ -12,7 +12,7 @@ from harness import report
 
 def _cell(folder, system, tok, rep=0, lp=4096, knobs="", k=1, git="abc1234", tag=None, extra=(), m_sat=2048,
           ext=None, run=None, workload="sharegpt", rate=None, call=None):
-    """A result file as harness.cell names and writes it (the fields the report reads); `call`:
+    """A result file as harness.run.cell names and writes it (the fields the report reads); `call`:
     its env.call_id (None: a file from before cells recorded their call)."""
     folder.mkdir(parents=True, exist_ok=True)
     knobs = knobs or (f"rate{rate:g}" if rate is not None else "")

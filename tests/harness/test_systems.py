@@ -1,4 +1,4 @@
-"""harness.systems: launch a server subprocess, wait for health, log to a file, always stop it.
+"""harness.run.systems: launch a server subprocess, wait for health, log to a file, always stop it.
 
 The server here is tests/harness/fake_engine.py (a test double that speaks the engine's API);
 its flags make it slow, never healthy, crash, ignore SIGTERM or spawn a child.
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from proc_testutil import wait_dead as _wait_dead
 
-from harness import systems
+from harness.run import systems
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -92,7 +92,7 @@ def test_missing_external_system_is_skipped_with_a_message():
 def test_sglang_cell_is_skipped_when_sglang_is_absent(tmp_path):
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "harness.cell", "system=sglang", "model=tiny", "hardware=cpu",
+    out = subprocess.run([sys.executable, "-m", "harness.run.cell", "system=sglang", "model=tiny", "hardware=cpu",
                           f"results_dir={tmp_path}", f"workloads_dir={tmp_path}/w", "workload=burst",
                           "num_prompts=2", "lp=16", "batch=1", "output_len=2", "workload.suffix_len=4"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -18,7 +18,7 @@ import pytest
 
 from harness import plots, table_compare, table_extract, table_queries, table_render, table_specs, tables
 from harness.paper import load_paper_tables, paper_table
-from harness.results import (
+from harness.run.results import (
     ResultFileError,
     load_cells,
     load_microbench,
@@ -238,7 +238,7 @@ def _kernel_frame(*records):
 def _synthetic(kernels=None, ncu=None):
     import pandas as pd
 
-    from harness.results import ResultSet
+    from harness.run.results import ResultSet
 
     micro = {k: v for k, v in (("kernels", kernels), ("ncu", ncu)) if v is not None}
     return ResultSet(hardware="synthetic", cells=pd.DataFrame(columns=["hardware", "sweep", "cell_id", "path",
@@ -530,7 +530,7 @@ def test_readme_headline_block_is_rendered_from_committed_results():
     """The README's headline table is what `harness.tables --readme` renders from results/h200 now
     (re-render after committing results: `python -m harness.tables --results results/h200
     --out tables/h200 --readme README.md`)."""
-    from harness.results import load_results
+    from harness.run.results import load_results
     from harness.table_compare import build_table
     from harness.table_render import STALE_MARK, render_headline
     from harness.tables import README_BEGIN, README_END, headline_block, stale_cell_paths
@@ -591,7 +591,7 @@ def test_k_tables_average_complete_reps_only(number, sweep, extra):
     out of time) is left out of every system's mean, as in the grid tables."""
     import pandas as pd
 
-    from harness.results import ResultSet
+    from harness.run.results import ResultSet
 
     k = 64 if number == 20 else 4
     rows = [("paged", 0, 100.0), ("cascade", 0, 100.0), ("granikv", 0, 200.0),

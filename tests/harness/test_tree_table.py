@@ -50,7 +50,7 @@ def test_mixed_calls_are_marked_and_not_judged(tmp_path):
 def test_nothing_measured_says_how(tmp_path):
     out = tmp_path / "tree.md"
     assert tree_table.main(["--results", str(tmp_path), "--out", str(out)]) == 0
-    assert "Not measured yet" in out.read_text() and "harness.batch lines tree" in out.read_text()
+    assert "Not measured yet" in out.read_text() and "harness.run.batch lines tree" in out.read_text()
 
 
 def test_the_committed_page_is_current():

@@ -10,10 +10,14 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from harness import sharegpt
-from harness import workloads as wl
-from harness.tokenizer import Cl100kTokenizer, load_tokenizer
-from harness.workloads import HETERO_LADDERS, WorkloadConfig
+from harness.run.workloads import cli as workloads_cli
+from harness.run.workloads import sharegpt
+from harness.run.workloads.build import build, generate, write
+from harness.run.workloads.config import HETERO_LADDERS, KINDS, WorkloadConfig
+from harness.run.workloads.naming import workload_filename
+from harness.run.workloads.requests import WorkloadRequest, read, read_workload
+from harness.run.workloads.streams import unit_arrivals
+from harness.run.workloads.tokenizer import Cl100kTokenizer, load_tokenizer
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "workload"
 
@@ -63,31 +67,31 @@ def _cfg(kind: str, fake: str | None = None, **kw) -> WorkloadConfig:
 def test_same_config_gives_byte_identical_files(tmp_path, fake_dataset):
     path, _ = fake_dataset
     cfg = _cfg("sharegpt", path, lp=200, num_requests=100)
-    a = wl.write(cfg, tmp_path / "a.jsonl").read_bytes()
-    b = wl.write(cfg, tmp_path / "b.jsonl").read_bytes()
+    a = write(cfg, tmp_path / "a.jsonl").read_bytes()
+    b = write(cfg, tmp_path / "b.jsonl").read_bytes()
     assert a == b
-    c = wl.write(_cfg("sharegpt", path, lp=200, num_requests=100, seed=7), tmp_path / "c.jsonl").read_bytes()
+    c = write(_cfg("sharegpt", path, lp=200, num_requests=100, seed=7), tmp_path / "c.jsonl").read_bytes()
     assert c != a
     for kind in ("burst", "multiprefix", "hetero"):
         cfg = _cfg(kind, path, lp=64, num_requests=24, vocab_size=1024,
                    **({"lps": (8, 16, 32, 64)} if kind == "hetero" else {}))
-        x = wl.write(cfg, tmp_path / f"{kind}1.jsonl").read_bytes()
-        y = wl.write(cfg, tmp_path / f"{kind}2.jsonl").read_bytes()
+        x = write(cfg, tmp_path / f"{kind}1.jsonl").read_bytes()
+        y = write(cfg, tmp_path / f"{kind}2.jsonl").read_bytes()
         assert x == y, kind
 
 
 def test_round_trip_and_header(tmp_path, fake_dataset):
     path, _ = fake_dataset
     cfg = _cfg("multiprefix", path, lp=32, k=4, num_requests=20, vocab_size=1024)
-    out = wl.write(cfg, tmp_path / "w.jsonl")
-    back = wl.read_workload(out)
-    assert back.requests == wl.generate(cfg)
+    out = write(cfg, tmp_path / "w.jsonl")
+    back = read_workload(out)
+    assert back.requests == generate(cfg)
     h = back.header
     assert WorkloadConfig.from_dict(h["config"]) == cfg
     assert h["tokenizer"] == "cl100k" and h["vocab_size"] == 1024 and h["id_mapping"] == "id % vocab_size"
     assert h["prefix_lengths"] == [32] * 4 and h["num_requests"] == 20
     assert h["dataset"]["truncated"] is True
-    assert wl.read(out) == back.requests
+    assert read(out) == back.requests
 
 
 # ----------------------------------------------------------------------------- ShareGPT
@@ -96,7 +100,7 @@ def test_round_trip_and_header(tmp_path, fake_dataset):
 def test_sharegpt_filter_on_controlled_dataset(fake_dataset, cl100k):
     path, eligible = fake_dataset
     cfg = _cfg("sharegpt", path, lp=0, num_requests=120)
-    reqs = wl.generate(cfg)
+    reqs = generate(cfg)
     assert len(reqs) == 120
     sources = [r.source for r in reqs]
     assert len(set(sources)) == 120
@@ -108,17 +112,17 @@ def test_sharegpt_filter_on_controlled_dataset(fake_dataset, cl100k):
     # Not enough qualifying turns is an error, not a silently short workload.
     qualifying = sum(16 <= n <= 512 for n in eligible.values())
     with pytest.raises(ValueError, match="user turns"):
-        wl.generate(_cfg("sharegpt", path, lp=0, num_requests=qualifying + 1))
+        generate(_cfg("sharegpt", path, lp=0, num_requests=qualifying + 1))
 
 
 def test_sharegpt_bounds_are_inclusive_and_configurable(fake_dataset):
     path, eligible = fake_dataset
-    reqs = wl.generate(_cfg("sharegpt", path, lp=0, num_requests=20, min_turn_tokens=100,
+    reqs = generate(_cfg("sharegpt", path, lp=0, num_requests=20, min_turn_tokens=100,
                             max_turn_tokens=200))
     assert {len(r.input_ids) for r in reqs} <= set(range(100, 201))
     exact = [n for n in eligible.values() if n == 38]
     if exact:
-        only = wl.generate(_cfg("sharegpt", path, lp=0, num_requests=len(exact),
+        only = generate(_cfg("sharegpt", path, lp=0, num_requests=len(exact),
                                 min_turn_tokens=38, max_turn_tokens=38))
         assert all(len(r.input_ids) == 38 for r in only)
 
@@ -128,14 +132,14 @@ def real_sharegpt(tmp_path_factory):
     """The paper's ShareGPT workload from the packaged dataset (small Lp to keep it light)."""
     cfg = WorkloadConfig.for_kind("sharegpt", lp=256)
     t0 = time.perf_counter()
-    path = wl.write(cfg, tmp_path_factory.mktemp("real") / wl.workload_filename(cfg))
+    path = write(cfg, tmp_path_factory.mktemp("real") / workload_filename(cfg))
     print(f"\n[timing] sharegpt workload, 500 turns, written in {time.perf_counter() - t0:.2f} s")
     return cfg, path
 
 
 def test_real_sharegpt_500_turns(real_sharegpt, cl100k):
     cfg, path = real_sharegpt
-    w = wl.read_workload(path)
+    w = read_workload(path)
     assert len(w.requests) == 500
     assert w.header["dataset"]["name"] == "ShareGPT_V3_unfiltered_cleaned_split.json"
     assert w.header["dataset"]["conversations_parsed"] > 500
@@ -152,7 +156,7 @@ def test_real_sharegpt_500_turns(real_sharegpt, cl100k):
 
 def test_real_sharegpt_is_byte_identical(real_sharegpt, tmp_path):
     cfg, path = real_sharegpt
-    again = wl.write(cfg, tmp_path / "again.jsonl")
+    again = write(cfg, tmp_path / "again.jsonl")
     assert again.read_bytes() == Path(path).read_bytes()
 
 
@@ -169,7 +173,7 @@ def test_parse_truncated_array():
 @pytest.mark.parametrize("lp", [1, 300, 2048])
 def test_prefix_is_exactly_lp_and_identical(fake_dataset, cl100k, lp):
     path, _ = fake_dataset
-    reqs = wl.generate(_cfg("sharegpt", path, lp=lp, num_requests=30))
+    reqs = generate(_cfg("sharegpt", path, lp=lp, num_requests=30))
     prefix = reqs[0].input_ids[:lp]
     assert len(prefix) == lp
     pool = set(cl100k.word_ids())
@@ -181,8 +185,8 @@ def test_prefix_is_exactly_lp_and_identical(fake_dataset, cl100k, lp):
 
 def test_vocab_size_maps_ids_into_range(fake_dataset):
     path, _ = fake_dataset
-    plain = wl.generate(_cfg("sharegpt", path, lp=128, num_requests=10))
-    small = wl.generate(_cfg("sharegpt", path, lp=128, num_requests=10, vocab_size=1024))
+    plain = generate(_cfg("sharegpt", path, lp=128, num_requests=10))
+    small = generate(_cfg("sharegpt", path, lp=128, num_requests=10, vocab_size=1024))
     for a, b in zip(plain, small):
         assert b.input_ids == [x % 1024 for x in a.input_ids]
         assert max(b.input_ids) < 1024
@@ -193,7 +197,7 @@ def test_synthetic_burst(fake_dataset):
     path, _ = fake_dataset
     cfg = _cfg("burst", path, lp=64, num_requests=32, suffix_len=48, vocab_size=1024)
     assert cfg.arrival == "burst" and cfg.suffix == "synthetic"
-    reqs = wl.generate(cfg)
+    reqs = generate(cfg)
     assert len(reqs) == 32
     for r in reqs:
         assert len(r.input_ids) == 64 + 48 and r.shared_prefix_len == 64
@@ -206,7 +210,7 @@ def test_synthetic_burst(fake_dataset):
 def test_multiprefix_assignment_is_i_mod_k(k):
     cfg = WorkloadConfig.for_kind("multiprefix", k=k, lp=40, num_requests=2 * k + 3, suffix="synthetic",
                                   suffix_len=8, vocab_size=1024)
-    reqs = wl.generate(cfg)
+    reqs = generate(cfg)
     by_class: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
         assert r.prefix_id == f"p{i % k}" and r.shared_prefix_len == 40
@@ -234,7 +238,7 @@ def test_hetero_ladders():
 def test_hetero_requests_cycle_through_the_ladder(k):
     cfg = WorkloadConfig.for_kind("hetero", k=k, num_requests=2 * k, suffix="synthetic", suffix_len=4,
                                   vocab_size=1024)
-    reqs = wl.generate(cfg)
+    reqs = generate(cfg)
     for i, r in enumerate(reqs):
         lp = HETERO_LADDERS[k][i % k]
         assert r.shared_prefix_len == lp and r.prefix_id == f"p{i % k}" and len(r.input_ids) == lp + 4
@@ -243,13 +247,13 @@ def test_hetero_requests_cycle_through_the_ladder(k):
 
 
 def test_poisson_unit_arrivals():
-    t = wl.unit_arrivals(4000, "poisson", 42)
+    t = unit_arrivals(4000, "poisson", 42)
     assert t[0] == 0.0 and all(b >= a for a, b in zip(t, t[1:]))
     mean_gap = t[-1] / (len(t) - 1)
     assert 0.9 < mean_gap < 1.1  # Exp(1) gaps
-    assert wl.unit_arrivals(4000, "poisson", 42) == t
-    assert wl.unit_arrivals(5, "burst", 42) == [0.0] * 5
-    r = wl.WorkloadRequest(id="x", input_ids=[1], prefix_id=None, shared_prefix_len=0, output_len=1,
+    assert unit_arrivals(4000, "poisson", 42) == t
+    assert unit_arrivals(5, "burst", 42) == [0.0] * 5
+    r = WorkloadRequest(id="x", input_ids=[1], prefix_id=None, shared_prefix_len=0, output_len=1,
                    arrival={"process": "poisson", "t_unit": t[10]})
     assert r.arrival_offset(4.0) == t[10] / 4.0
     assert r.arrival_offset(float("inf")) == 0.0
@@ -259,12 +263,12 @@ def test_poisson_unit_arrivals():
 
 
 def test_file_names():
-    assert wl.workload_filename(WorkloadConfig.for_kind("sharegpt", vocab_size=128256)) == \
+    assert workload_filename(WorkloadConfig.for_kind("sharegpt", vocab_size=128256)) == \
         "sharegpt-lp16384-n500-v128256.jsonl"
-    assert wl.workload_filename(WorkloadConfig.for_kind("sharegpt")) == "sharegpt-lp16384-n500-v100277.jsonl"
-    assert wl.workload_filename(WorkloadConfig.for_kind("multiprefix", k=16, vocab_size=1024)) == \
+    assert workload_filename(WorkloadConfig.for_kind("sharegpt")) == "sharegpt-lp16384-n500-v100277.jsonl"
+    assert workload_filename(WorkloadConfig.for_kind("multiprefix", k=16, vocab_size=1024)) == \
         "multiprefix-k16-lp8192-n500-v1024.jsonl"
-    assert wl.workload_filename(WorkloadConfig.for_kind("hetero")).startswith(
+    assert workload_filename(WorkloadConfig.for_kind("hetero")).startswith(
         "hetero-k4-lp2048_4096_8192_16384-n512-")
     variants = [
         WorkloadConfig.for_kind("sharegpt"),
@@ -276,11 +280,11 @@ def test_file_names():
         WorkloadConfig.for_kind("burst"),
         WorkloadConfig.for_kind("burst", suffix_len=64),
     ]
-    names = [wl.workload_filename(c) for c in variants]
+    names = [workload_filename(c) for c in variants]
     assert len(set(names)) == len(names)
 
 
-@pytest.mark.parametrize("kind", wl.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_conf_yaml_mirrors_the_dataclass(kind):
     raw = OmegaConf.to_container(OmegaConf.load(CONF / f"{kind}.yaml"), resolve=True)
     assert set(raw) == {f.name for f in fields(WorkloadConfig)}
@@ -324,13 +328,13 @@ def test_local_hf_tokenizer_is_used(tmp_path, fake_dataset, capsys):
     assert tok.name == "tiny-tok"
     cfg = _cfg("sharegpt", path, lp=50, num_requests=5, tokenizer_path=str(tok_dir), min_turn_tokens=1,
                max_turn_tokens=100000)
-    w = wl.build(cfg)
+    w = build(cfg)
     assert w.header["tokenizer"] == "tiny-tok" and w.header["n_vocab"] == tok.n_vocab
     for r in w.requests:
         assert max(r.input_ids) < tok.n_vocab
         n = eligible[r.source]
         assert r.input_ids[50:] == tok.encode("the" + " the" * (n - 1))  # counted with this tokenizer
-    assert "toktiny-tok" in wl.workload_filename(cfg)
+    assert "toktiny-tok" in workload_filename(cfg)
     # A tokenizer path that does not exist falls back to cl100k_base, loudly.
     assert load_tokenizer(str(tmp_path / "missing")).name == "cl100k"
     assert "not found" in capsys.readouterr().err
@@ -338,11 +342,11 @@ def test_local_hf_tokenizer_is_used(tmp_path, fake_dataset, capsys):
 
 def test_cli_writes_the_derived_name(tmp_path, fake_dataset):
     path, _ = fake_dataset
-    rc = wl.main(["--kind", "multiprefix", "--k", "4", "--lp", "32", "--num-requests", "12",
+    rc = workloads_cli.main(["--kind", "multiprefix", "--k", "4", "--lp", "32", "--num-requests", "12",
                   "--vocab-size", "1024", "--dataset-path", path, "--out-dir", str(tmp_path)])
     assert rc == 0
     cfg = WorkloadConfig.for_kind("multiprefix", k=4, lp=32, num_requests=12, vocab_size=1024,
                                   dataset_path=path)
-    out = tmp_path / wl.workload_filename(cfg)
+    out = tmp_path / workload_filename(cfg)
     assert out.exists()
-    assert out.read_bytes() == wl.write(cfg, tmp_path / "direct.jsonl").read_bytes()
+    assert out.read_bytes() == write(cfg, tmp_path / "direct.jsonl").read_bytes()

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness import cell
-from harness import workloads as wl
-from harness.tokenizer import Cl100kTokenizer
-from harness.workloads import WorkloadConfig
+from harness.run import cell
+from harness.run.workloads import cli as workloads_cli
+from harness.run.workloads.build import build, generate, write
+from harness.run.workloads.config import WorkloadConfig
+from harness.run.workloads.naming import workload_filename
+from harness.run.workloads.requests import read_workload
+from harness.run.workloads.tokenizer import Cl100kTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,14 +64,14 @@ def test_defaults():
 def test_same_config_gives_byte_identical_files(tmp_path, fake_dataset):
     path, _ = fake_dataset
     cfg = _agents(path, lp=48, la=24, k=4, num_requests=30, vocab_size=1024)
-    a = wl.write(cfg, tmp_path / "a.jsonl").read_bytes()
-    assert wl.write(cfg, tmp_path / "b.jsonl").read_bytes() == a
-    assert wl.write(_agents(path, lp=48, la=24, k=4, num_requests=30, vocab_size=1024, seed=7),
+    a = write(cfg, tmp_path / "a.jsonl").read_bytes()
+    assert write(cfg, tmp_path / "b.jsonl").read_bytes() == a
+    assert write(_agents(path, lp=48, la=24, k=4, num_requests=30, vocab_size=1024, seed=7),
                     tmp_path / "c.jsonl").read_bytes() != a
     # The CLI writes the same bytes under the derived name.
-    assert wl.main(["--kind", "agents", "--k", "4", "--lp", "48", "--la", "24", "--num-requests", "30",
+    assert workloads_cli.main(["--kind", "agents", "--k", "4", "--lp", "48", "--la", "24", "--num-requests", "30",
                     "--vocab-size", "1024", "--dataset-path", path, "--out-dir", str(tmp_path)]) == 0
-    assert (tmp_path / wl.workload_filename(cfg)).read_bytes() == a
+    assert (tmp_path / workload_filename(cfg)).read_bytes() == a
 
 
 @pytest.mark.parametrize("vocab_size", [None, 1024])  # 1024: the tiny model of the cpu-smoke stand-in
@@ -77,7 +80,7 @@ def test_nested_prefix_structure(fake_dataset, k, lp, la, vocab_size):
     path, texts = fake_dataset
     n = 2 * k + 3
     cfg = _agents(path, lp=lp, la=la, k=k, num_requests=n, vocab_size=vocab_size)
-    reqs = wl.generate(cfg)
+    reqs = generate(cfg)
     assert len(reqs) == n
     common = reqs[0].input_ids[:lp]
     roles: dict[str, list[int]] = {}
@@ -112,9 +115,9 @@ def test_nested_prefix_structure(fake_dataset, k, lp, la, vocab_size):
 def test_suffixes_and_arrivals_are_those_of_the_other_kinds():
     """Same seed -> the same packaged ShareGPT turns as `sharegpt`, the same times as `multiprefix`."""
     n = 40
-    agents = wl.generate(WorkloadConfig.for_kind("agents", lp=64, la=16, k=8, num_requests=n))
-    plain = wl.generate(WorkloadConfig.for_kind("sharegpt", lp=0, num_requests=n))
-    multi = wl.generate(WorkloadConfig.for_kind("multiprefix", lp=8, k=8, num_requests=n))
+    agents = generate(WorkloadConfig.for_kind("agents", lp=64, la=16, k=8, num_requests=n))
+    plain = generate(WorkloadConfig.for_kind("sharegpt", lp=0, num_requests=n))
+    multi = generate(WorkloadConfig.for_kind("multiprefix", lp=8, k=8, num_requests=n))
     for a, s, m in zip(agents, plain, multi, strict=True):
         assert a.input_ids[80:] == s.input_ids and a.source == s.source
         assert a.arrival == m.arrival
@@ -124,17 +127,17 @@ def test_suffixes_and_arrivals_are_those_of_the_other_kinds():
 def test_round_trip_header_and_name(tmp_path, fake_dataset):
     path, _ = fake_dataset
     cfg = _agents(path, lp=32, la=8, k=4, num_requests=10, vocab_size=1024)
-    out = wl.write(cfg, tmp_path / wl.workload_filename(cfg))
-    back = wl.read_workload(out)
-    assert back.requests == wl.generate(cfg)
+    out = write(cfg, tmp_path / workload_filename(cfg))
+    back = read_workload(out)
+    assert back.requests == generate(cfg)
     h = back.header
     assert WorkloadConfig.from_dict(h["config"]) == cfg and h["config"]["la"] == 8
     assert h["prefix_lengths"] == [40] * 4 and (h["shared_lp"], h["agent_len"]) == (32, 8)
-    assert wl.workload_filename(cfg).startswith("agents-k4-lp32-la8-n10-v1024")
-    names = {wl.workload_filename(_agents(path, lp=32, la=la, k=4, num_requests=10)) for la in (8, 16)}
+    assert workload_filename(cfg).startswith("agents-k4-lp32-la8-n10-v1024")
+    names = {workload_filename(_agents(path, lp=32, la=la, k=4, num_requests=10)) for la in (8, 16)}
     assert len(names) == 2
     # Other kinds neither carry la in their header nor the per-request agent fields.
-    mp = wl.build(WorkloadConfig.for_kind("multiprefix", lp=8, k=2, num_requests=2, suffix="synthetic",
+    mp = build(WorkloadConfig.for_kind("multiprefix", lp=8, k=2, num_requests=2, suffix="synthetic",
                                           suffix_len=4, vocab_size=1024))
     assert "la" not in mp.header["config"] and "shared_lp" not in mp.header
     assert "shared_lp" not in json.loads(mp.requests[0].to_json())
@@ -148,7 +151,7 @@ def test_invalid_configs():
     with pytest.raises(ValueError, match="lps"):
         WorkloadConfig.for_kind("agents", lps=(1, 2))
     with pytest.raises(ValueError, match="distinct prefixes"):
-        wl.generate(WorkloadConfig.for_kind("agents", k=9, lp=4, la=4, num_requests=9, suffix="synthetic",
+        generate(WorkloadConfig.for_kind("agents", k=9, lp=4, la=4, num_requests=9, suffix="synthetic",
                                             suffix_len=4, vocab_size=8))
 
 

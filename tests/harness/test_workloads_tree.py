@@ -15,10 +15,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import workloads as wl
-from harness.workloads import WorkloadConfig
+from harness.run.workloads import cli as workloads_cli
+from harness.run.workloads.build import generate, write
+from harness.run.workloads.config import WorkloadConfig
+from harness.run.workloads.naming import workload_filename
+from harness.run.workloads.requests import is_closed_loop, max_prompt_len, read_workload, require_open_loop
+from harness.run.workloads.tree import tree_node_lengths, tree_path
 
-# sha256 of files written by harness/workloads.py before tree and debate were added
+# sha256 of files written by harness/run/workloads/ before tree and debate were added
 # (commit 18bd4fd): the new fields must not change a byte of the older kinds' files.
 PINNED = [
     ("sharegpt", dict(lp=40, num_requests=7, suffix="synthetic", suffix_len=6),
@@ -41,8 +45,8 @@ PINNED = [
 @pytest.mark.parametrize("kind,kw,name,sha", PINNED, ids=[p[0] for p in PINNED])
 def test_older_kinds_keep_their_bytes_and_names(tmp_path, kind, kw, name, sha):
     cfg = WorkloadConfig.for_kind(kind, **kw)
-    assert wl.workload_filename(cfg) == name
-    assert hashlib.sha256(wl.write(cfg, tmp_path / "w.jsonl").read_bytes()).hexdigest() == sha
+    assert workload_filename(cfg) == name
+    assert hashlib.sha256(write(cfg, tmp_path / "w.jsonl").read_bytes()).hexdigest() == sha
 
 
 def _lcp(a: list[int], b: list[int]) -> int:
@@ -68,7 +72,7 @@ def test_tree_defaults():
     cfg = WorkloadConfig.for_kind("tree")
     assert cfg.levels == ((1, 4096), (4, 4096), (4, 2048)) and cfg.k == 16 and cfg.num_requests == 256
     assert cfg.prefix_lengths() == (10240,) * 16
-    assert wl.workload_filename(cfg) == "tree-k16-lv1x4096_4x4096_4x2048-n256-v100277.jsonl"
+    assert workload_filename(cfg) == "tree-k16-lv1x4096_4x4096_4x2048-n256-v100277.jsonl"
 
 
 def _common_path(levels, a: int, b: int) -> int:
@@ -87,12 +91,12 @@ def _common_path(levels, a: int, b: int) -> int:
        jitter=st.sampled_from([0.0, 0.3, 0.9]), seed=st.integers(0, 3))
 def test_tree_prompts_share_exactly_their_common_path(levels, jitter, seed):
     cfg = _tree(levels, jitter, seed=seed)
-    reqs = wl.generate(cfg)
-    nodes = wl.tree_node_lengths(cfg)
+    reqs = generate(cfg)
+    nodes = tree_node_lengths(cfg)
     assert [len(level) for level in nodes] == [math.prod(f for f, _ in levels[:d + 1]) for d in range(len(levels))]
     for i, r in enumerate(reqs):
         leaf = i % cfg.k  # round-robin over the leaves
-        path = [nodes[d][j] for d, j in enumerate(wl._tree_path(cfg.levels, leaf))]
+        path = [nodes[d][j] for d, j in enumerate(tree_path(cfg.levels, leaf))]
         assert r.prefix_levels == [sum(path[:d + 1]) for d in range(len(path))]
         assert r.shared_prefix_len == sum(path) == cfg.prefix_lengths()[leaf]
         assert len(r.input_ids) == r.shared_prefix_len + 3
@@ -114,35 +118,35 @@ def test_tree_prompts_share_exactly_their_common_path(levels, jitter, seed):
 @given(length=st.integers(1, 5000), fanout=st.integers(2, 6), jitter=st.floats(0.0, 0.99), seed=st.integers(0, 9))
 def test_jitter_stays_within_its_bounds(length, fanout, jitter, seed):
     cfg = _tree([(1, 7), (fanout, length), (1, 5)], jitter, seed=seed)
-    nodes = wl.tree_node_lengths(cfg)
+    nodes = tree_node_lengths(cfg)
     assert nodes[0] == (7,) and nodes[2] == (5,) * fanout  # levels of fanout 1 keep their length
     for n in nodes[1]:
         assert max(1, math.floor(length * (1 - jitter))) <= n <= math.ceil(length * (1 + jitter))
 
 
 def test_jitter_makes_siblings_unequal_and_zero_jitter_keeps_them_equal():
-    nodes = wl.tree_node_lengths(_tree([(1, 64), (4, 4096), (4, 2048)], 0.25))
+    nodes = tree_node_lengths(_tree([(1, 64), (4, 4096), (4, 2048)], 0.25))
     assert len(set(nodes[1])) == 4 and len(set(nodes[2])) > 8
-    assert wl.tree_node_lengths(_tree([(1, 64), (4, 4096), (4, 2048)])) == ((64,), (4096,) * 4, (2048,) * 16)
+    assert tree_node_lengths(_tree([(1, 64), (4, 4096), (4, 2048)])) == ((64,), (4096,) * 4, (2048,) * 16)
 
 
 def test_tree_files_are_deterministic_and_named_by_levels_and_jitter(tmp_path):
     cfg = _tree([(1, 20), (3, 10), (2, 5)], 0.5)
-    a = wl.write(cfg, tmp_path / "a.jsonl").read_bytes()
-    assert wl.write(cfg, tmp_path / "b.jsonl").read_bytes() == a
-    assert wl.write(_tree([(1, 20), (3, 10), (2, 5)], 0.5, seed=1), tmp_path / "c.jsonl").read_bytes() != a
-    name = wl.workload_filename(cfg)
+    a = write(cfg, tmp_path / "a.jsonl").read_bytes()
+    assert write(cfg, tmp_path / "b.jsonl").read_bytes() == a
+    assert write(_tree([(1, 20), (3, 10), (2, 5)], 0.5, seed=1), tmp_path / "c.jsonl").read_bytes() != a
+    name = workload_filename(cfg)
     assert name == "tree-k6-lv1x20_3x10_2x5-j0.5-n13-sfx-synthetic-s3-v1024.jsonl"
-    assert wl.workload_filename(_tree([(1, 20), (3, 10), (2, 5)])) == name.replace("-j0.5", "")
-    assert wl.main(["--kind", "tree", "--levels", "1x20,3x10,2x5", "--jitter", "0.5", "--k", "6", "--lp", "0",
-                    "--num-requests", "13", "--suffix", "synthetic", "--suffix-len", "3", "--vocab-size", "1024",
-                    "--out-dir", str(tmp_path)]) == 0
+    assert workload_filename(_tree([(1, 20), (3, 10), (2, 5)])) == name.replace("-j0.5", "")
+    assert workloads_cli.main(["--kind", "tree", "--levels", "1x20,3x10,2x5", "--jitter", "0.5", "--k", "6",
+                              "--lp", "0", "--num-requests", "13", "--suffix", "synthetic", "--suffix-len", "3",
+                              "--vocab-size", "1024", "--out-dir", str(tmp_path)]) == 0
     assert (tmp_path / name).read_bytes() == a
-    w = wl.read_workload(tmp_path / name)
+    w = read_workload(tmp_path / name)
     assert WorkloadConfig.from_dict(w.header["config"]) == cfg
-    assert w.header["tree_node_lengths"] == [list(x) for x in wl.tree_node_lengths(cfg)]
+    assert w.header["tree_node_lengths"] == [list(x) for x in tree_node_lengths(cfg)]
     assert w.header["prefix_lengths"] == list(cfg.prefix_lengths())
-    assert [r.prefix_levels for r in w.requests] == [r.prefix_levels for r in wl.generate(cfg)]
+    assert [r.prefix_levels for r in w.requests] == [r.prefix_levels for r in generate(cfg)]
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -187,15 +191,15 @@ def test_debate_defaults():
 
 def test_debate_file_holds_the_static_parts(tmp_path):
     cfg = _debate()
-    path = wl.write(cfg, tmp_path / wl.workload_filename(cfg))
+    path = write(cfg, tmp_path / workload_filename(cfg))
     assert path.name == "debate-k3-lp10-la4-r3-n18-sfx-synthetic-s5-o4-v1024.jsonl"
-    assert wl.write(cfg, tmp_path / "again.jsonl").read_bytes() == path.read_bytes()
-    w = wl.read_workload(path)
+    assert write(cfg, tmp_path / "again.jsonl").read_bytes() == path.read_bytes()
+    w = read_workload(path)
     assert w.header["closed_loop"] == {"sessions": 2, "members": 3, "rounds": 3, "system_len": 10, "role_len": 4}
     assert w.header["config"]["rounds"] == 3 and w.header["config"]["la"] == 4 and "levels" not in w.header["config"]
     assert WorkloadConfig.from_dict(w.header["config"]) == cfg
     reqs = w.requests
-    assert len(reqs) == 18 and wl.is_closed_loop(reqs)
+    assert len(reqs) == 18 and is_closed_loop(reqs)
     system = reqs[0].input_ids[:10]
     steps = [(r.session.session, r.session.round, r.session.member) for r in reqs]
     assert steps == [(f"d{d}", r, a) for d in range(2) for r in range(3) for a in range(3)]
@@ -212,7 +216,7 @@ def test_debate_file_holds_the_static_parts(tmp_path):
         assert r.prompt([]) == r.input_ids
         assert r.prompt([7, 8]) == r.input_ids[:s.insert_at] + [7, 8] + r.input_ids[s.insert_at:]
     # the longest prompt: the last round's static ids plus two rounds of k outputs
-    assert wl.max_prompt_len(reqs) == 10 + 5 + 2 * 3 * 4 + 4
+    assert max_prompt_len(reqs) == 10 + 5 + 2 * 3 * 4 + 4
     json.loads(path.read_text().splitlines()[1])  # plain JSON lines, as every kind
 
 
@@ -227,10 +231,10 @@ def test_invalid_debate_configs(kw, match):
 
 
 def test_static_replays_refuse_a_closed_loop_workload():
-    reqs = wl.generate(_debate())
+    reqs = generate(_debate())
     with pytest.raises(ValueError, match="closed-loop session workload"):
-        wl.require_open_loop(reqs, "the replay")
-    wl.require_open_loop(wl.generate(_tree([(1, 4), (2, 2)])), "the replay")  # open-loop kinds pass
+        require_open_loop(reqs, "the replay")
+    require_open_loop(generate(_tree([(1, 4), (2, 2)])), "the replay")  # open-loop kinds pass
     from harness.microbench import replay
 
     with pytest.raises(ValueError, match="the engine replay replays static prompts"):

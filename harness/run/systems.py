@@ -255,10 +255,10 @@ def describe(spec: LaunchSpec) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m harness.systems --check sglang`: say whether a system can run here."""
+    """`python -m harness.run.systems --check sglang`: say whether a system can run here."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m harness.systems", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.run.systems", description=__doc__.split("\n")[0])
     ap.add_argument("--check", default="sglang", help="system name (sglang or an engine system)")
     args = ap.parse_args(argv)
     if args.check in ENGINE_SYSTEMS:

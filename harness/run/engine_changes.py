@@ -8,7 +8,7 @@ and is not an ancestor of the cell's commit (`git merge-base --is-ancestor`). Th
 row built from such a cell with § (`harness.tables.stale_cell_paths`); this module's command lists
 the cells and the changes they predate — what to re-measure first:
 
-    python -m harness.engine_changes --results results/h200 [--sweep table9 ...]
+    python -m harness.run.engine_changes --results results/h200 [--sweep table9 ...]
 
 Git answers only for commits it has: in a shallow clone, or for a cell measured at a commit that
 never reached this repository, `stale_cells` says it cannot tell (None) rather than marking a
@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-CHANGES_PATH = Path(__file__).resolve().parent / "data" / "engine_changes.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+CHANGES_PATH = ROOT / "harness" / "data" / "engine_changes.yaml"
 SCOPE_KEYS = frozenset({"systems", "workloads", "tp", "min_lp", "max_lp", "min_batch", "min_k", "max_k",
                         "min_cold_page_size", "untagged"})
 _LOWER = (("lp", "min_lp"), ("batch", "min_batch"), ("k", "min_k"), ("cold_page_size", "min_cold_page_size"))
@@ -140,7 +140,7 @@ def predated(config: Mapping[str, Any], sha: str, changes: Sequence[EngineChange
 
 def stale_cells(cells: Any, changes: Sequence[EngineChange] | None = None,
                 repo: Path | str | None = None) -> dict[str, tuple[str, ...]] | None:
-    """{cell path: commits it predates} for the stale rows of `cells` (a `harness.results` cell
+    """{cell path: commits it predates} for the stale rows of `cells` (a `harness.run.results` cell
     frame: `path`, `env.git_sha`, `config.*`); None when git cannot place every cell in scope of
     a change (no git, a shallow clone): partial marks would mislead. `repo`: this repository
     unless given."""
@@ -161,9 +161,9 @@ def stale_cells(cells: Any, changes: Sequence[EngineChange] | None = None,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.results import load_cells
+    from harness.run.results import load_cells
 
-    ap = argparse.ArgumentParser(prog="python -m harness.engine_changes", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.run.engine_changes", description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", required=True, help="results/<hardware>")
     ap.add_argument("--sweep", action="append", default=[], help="only these sweeps (repeatable)")
     args = ap.parse_args(argv)

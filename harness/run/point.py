@@ -6,19 +6,19 @@ workload, Lp, B, k, rep, ...), with Table 18's COLD page sizes, Table 21's and 2
 Tables 13/14's forced-cascade GraniKV beside them. The tables' ratios compare the cells of a
 point, and two calls on the same GPU differ by up to 7% per system, so a point is the unit of
 measurement: its cells run back to back in one call, each recording the call's id
-(`env.call_id`, from GRANIKV_CALL_ID: harness.cell_env), and none is kept from another call.
+(`env.call_id`, from GRANIKV_CALL_ID: harness.run.env), and none is kept from another call.
 
-    python -m harness.point list h200 [--sweep table9]          # a profile's points, in run order
-    python -m harness.point run table9 llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0 \\
+    python -m harness.run.point list h200 [--sweep table9]          # a profile's points, in run order
+    python -m harness.run.point run table9 llama-3.1-8b-tp1-sharegpt-lp16384-b256-k1-r0 \\
         --profile profiles/h200/pipeline.yaml                    # one point (Snakemake's job)
 
-`run` measures every cell of the point with `python -m harness.cell`, one after the other with
+`run` measures every cell of the point with `python -m harness.run.cell`, one after the other with
 one fresh GRANIKV_CALL_ID exported to each, re-measuring (overwrite=true) a cell whose result
 file exists, so all the point's cells come out of this call. The systems run in the point's
 canonical order (paged, cascade, granikv, then any other variant: knobbed granikv cells, other
 systems) rotated by the rep — rep r starts at index r mod n — so over n reps each goes first once
 and no system always runs on a cold or a warm machine. A cell that fails is reported, the others
-still run, and the exit code is 1. The Snakefile runs one such job per point; `harness.batch run`
+still run, and the exit code is 1. The Snakefile runs one such job per point; `harness.run.batch run`
 runs a cell list's points the same way within a time budget.
 
 A point's id is its cells' id without the system and the knobs (`point_id`), unique in its sweep
@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from harness.cell_env import CALL_ID_ENV, new_call_id
-from harness.cell_proc import ROOT, cell_command, run_until
-from harness.sweeps import (
+from harness.run.env import CALL_ID_ENV, new_call_id
+from harness.run.proc import ROOT, cell_command, run_until
+from harness.run.sweeps import (
     CELL_DEFAULTS,
     Cell,
     PipelineProfile,
@@ -165,7 +165,7 @@ def find_point(sweep: str, pid: str, profile: PipelineProfile) -> Point:
             return p
     raise LookupError(
         f"no point {pid!r} in sweep {sweep} under profile {profile.name} "
-        f"(`python -m harness.point list {profile.name} --sweep {sweep}` lists them)"
+        f"(`python -m harness.run.point list {profile.name} --sweep {sweep}` lists them)"
     )
 
 
@@ -234,9 +234,9 @@ def run_cell(
     timeout_s: float | None = None,
     python: str | None = None,
 ) -> int | str:
-    """One cell of a point: `python -m harness.cell <overrides>` with GRANIKV_CALL_ID=call_id,
+    """One cell of a point: `python -m harness.run.cell <overrides>` with GRANIKV_CALL_ID=call_id,
     its output into `log` (None: this process's stdout), stopped cleanly past `timeout_s`
-    (harness.cell_proc.run_until)."""
+    (harness.run.proc.run_until)."""
     (log or sys.stdout).flush()
     env = {**os.environ, CALL_ID_ENV: call_id}
     return run_until(cell_command(overrides, python), log, timeout_s, env=env)
@@ -261,7 +261,7 @@ def run_point(point: Point, profile: PipelineProfile, timeout_s: float | None = 
         t = time.monotonic()
         rc = run_cell(ov, call, None, timeout_s)
         if rc == 0 and not path.exists():
-            rc = "no result file"  # harness.cell skipped it (a system not installed here)
+            rc = "no result file"  # harness.run.cell skipped it (a system not installed here)
         s = round(time.monotonic() - t, 1)
         report.append({"cell": cell.cell_id, "status": rc, "s": s, "call_id": call})
         print(
@@ -288,7 +288,7 @@ def profile_of(arg: str) -> PipelineProfile:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m harness.point",
+        prog="python -m harness.run.point",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,

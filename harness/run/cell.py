@@ -1,10 +1,10 @@
-"""One cell end to end: `python -m harness.cell <Hydra overrides>` -> one result file.
+"""One cell end to end: `python -m harness.run.cell <Hydra overrides>` -> one result file.
 
-    python -m harness.cell system=granikv model=llama-3.1-8b tp=1 workload=sharegpt lp=16384 batch=256
+    python -m harness.run.cell system=granikv model=llama-3.1-8b tp=1 workload=sharegpt lp=16384 batch=256
 
-Steps: generate (or reuse) the workload file; start the system (harness.systems); warm up and
+Steps: generate (or reuse) the workload file; start the system (harness.run.systems); warm up and
 flush the cache (the client does both when the config says so); run the streaming client;
-with profile=true, capture N steady decode steps beside the client (harness.profile: POST
+with profile=true, capture N steady decode steps beside the client (harness.run.profile: POST
 /profile once /server_info shows steady decode; a failed capture is recorded, never fatal);
 fetch /server_info for the engine counters (`engine`: since server start; `engine_after_warmup`:
 the same scalar counters between warm-up and measured run, so the run's own steps are the
@@ -42,27 +42,25 @@ import hydra
 from omegaconf import DictConfig
 
 from granikv.server import aio
-from harness import systems
-from harness.cell_config import (
+from harness.run import systems
+from harness.run.config import (
     CellError,
-    check_header,
     effective_m_sat,
     engine_args,
-    ensure_workload,
     identity,
     max_context_for,
     plain,
     result_path,
     workload_config,
 )
-from harness.cell_env import check_gpu_model, check_gpus_idle, environment
-from harness.sweeps import ROOT, cell_id
+from harness.run.env import check_gpu_model, check_gpus_idle, environment
+from harness.run.sweeps import ROOT, cell_id
 
 if TYPE_CHECKING:
-    from harness.client import ClientConfig
+    from harness.run.client.benchmark import ClientConfig
 
 EXIT_EXISTS = 3
-PROFILE_STEPS = 20  # decode steps in a profile=true cell's capture window (harness.profile)
+PROFILE_STEPS = 20  # decode steps in a profile=true cell's capture window (harness.run.profile)
 
 
 # --------------------------------------------------------------------------- engine counters
@@ -214,7 +212,7 @@ async def guarded(system: systems.RunningSystem, benchmark, info_path: str | Non
 def client_config(cfg: DictConfig) -> ClientConfig:
     """The client's settings from the cell config: every `client.*` key the client reads, so the
     result file's `config.client` (the client's own `to_dict`) records what it did."""
-    from harness.client import ClientConfig
+    from harness.run.client.benchmark import ClientConfig
 
     return ClientConfig(
         rate=float(str(cfg.rate)), max_concurrency=int(cfg.batch), warmup_requests=int(cfg.warmup),
@@ -230,8 +228,9 @@ def client_config(cfg: DictConfig) -> ClientConfig:
 def run_cell(cfg: DictConfig, run_dir: Path, stopped: threading.Event | None = None) -> tuple[dict[str, Any], Path]:
     """Measure the cell; return the result document and where it was written. Once `stopped` is
     set (SIGTERM), no result is written: the run was cut short."""
-    from harness.client import run_benchmark
-    from harness.workloads import read_workload
+    from harness.run.client.benchmark import run_benchmark
+    from harness.run.workloads.requests import read_workload
+    from harness.run.workloads.store import check_header, ensure_workload
 
     started_at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     out = result_path(cfg)
@@ -269,7 +268,7 @@ def run_cell(cfg: DictConfig, run_dir: Path, stopped: threading.Event | None = N
                                   on_warmed=snapshot if cfg.system.kind == "engine" else None)
         profile: dict[str, Any] = {}
         if cfg.profile and cfg.system.kind == "engine":  # Tables 13/14/22: a capture of steady decode
-            from harness.profile import SteadyPolicy, alongside
+            from harness.run.profile import SteadyPolicy, alongside
 
             policy = SteadyPolicy.for_batch(int(cfg.batch), int(cfg.num_prompts), steps=PROFILE_STEPS)
             benchmark = alongside(benchmark, system.base_url, policy, profile)
@@ -340,7 +339,7 @@ def _run_dir() -> Path:
 
 
 def _terminator(stopped: threading.Event) -> Callable[[int, Any], None]:
-    """The SIGTERM handler. SIGTERM (Snakemake, harness.batch's deadline, a user stopping the
+    """The SIGTERM handler. SIGTERM (Snakemake, harness.run.batch's deadline, a user stopping the
     job) must unwind through launch()'s finally, so the server is stopped too; Python's default
     would exit without running it. The SystemExit alone is not enough: raised inside aiohttp's
     protocol callback (which catches BaseException) it becomes one failed request and the run
@@ -351,7 +350,7 @@ def _terminator(stopped: threading.Event) -> Callable[[int, Any], None]:
     return terminate
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path="../../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, _terminator(stopped))

@@ -5,30 +5,30 @@ lent GPU machines (one command at a time, a fixed time limit, no package index):
 generated here, where the ShareGPT package and the tokenizer are installed, and carried there
 compressed (a 16K-prefix ShareGPT file is 48 MB of JSON but 0.2 MB of xz: the prefix repeats).
 
-A list is measured point by point (harness.point: the cells of one sweep that differ only in
+A list is measured point by point (harness.run.point: the cells of one sweep that differ only in
 system and granikv's knobs, rep included), as Snakemake does: consecutive lines of one point form
 that point, its cells run back to back in one call (one fresh GRANIKV_CALL_ID, recorded as every
 cell's `env.call_id`), systems in the rep's rotated order, and a point is only ever started
 whole, so no ratio mixes cells from two calls.
 
-    # here: a cell list (one `python -m harness.cell` override line per cell, `#` comments): a
+    # here: a cell list (one `python -m harness.run.cell` override line per cell, `#` comments): a
     # sweep's points under a profile, filtered, the ones with a cell still unmeasured ...
-    python -m harness.batch lines table9 --profile profiles/h200/pipeline.yaml \\
+    python -m harness.run.batch lines table9 --profile profiles/h200/pipeline.yaml \\
         --where lp=2048 --where batch=128,512 --missing results/h200 > cells.txt
     # ... or the points whose measured cells come from more than one call ...
-    python -m harness.batch lines table9 --mixed results/h200 > cells.txt
+    python -m harness.run.batch lines table9 --mixed results/h200 > cells.txt
     # ... or the points with a cell measured before a listed engine change
-    python -m harness.batch lines table6 --stale results/h200 --where lp=16384 > cells.txt
+    python -m harness.run.batch lines table6 --stale results/h200 --where lp=16384 > cells.txt
     # here: write the listed cells' workloads, xz-compressed, into .carry/workloads and the
     # commit the cells will record into .carry/src.sha; carry .carry (and the list) to the host
-    python -m harness.batch prepare cells.txt
+    python -m harness.run.batch prepare cells.txt
     # there: `source scripts/gpu-host-env.sh` (GIT_SHA, carried packages, NCCL settings, workloads
     # unpacked), then run every point not measured yet, start no point once the budget left is
     # below --reserve-s per cell of it, and tar the new result files and the cells' logs
-    python -m harness.batch run cells.txt --budget-s 560 --tar "$OUT/results.tar.gz"
+    python -m harness.run.batch run cells.txt --budget-s 560 --tar "$OUT/results.tar.gz"
     # here: extract the tarball's result files into results/ (a re-measured cell replaces its
     # file; git keeps the old one), then re-render the tables and reports (README.md, "GPU host")
-    python -m harness.batch land results.tar.gz
+    python -m harness.run.batch land results.tar.gz
 
 `lines` always prints whole points (`--where` picks the points that hold a matching cell), with
 `overwrite=true` on each cell whose result file exists in a folder it was given, so a list never
@@ -52,9 +52,9 @@ import tarfile
 import time
 from pathlib import Path
 
-from harness.cell_env import new_call_id
-from harness.cell_proc import ROOT, STOP_GRACE_S
-from harness.point import call_of, group_lines, line_values, one_call, points, run_cell, run_order, with_overwrite
+from harness.run.env import new_call_id
+from harness.run.point import call_of, group_lines, line_values, one_call, points, run_cell, run_order, with_overwrite
+from harness.run.proc import ROOT, STOP_GRACE_S
 
 # what every cell line names, so a fragment (e.g. server options alone, appended to an empty
 # `lines` output) is refused up front instead of running as a default granikv cell
@@ -89,7 +89,7 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
     file under `missing/<sweep>/`; with `mixed`, its result files under `mixed/<sweep>/` do not
     all share one `env.call_id` (a file without one is a call of its own); with `stale`, one of
     its result files under `stale/<sweep>/` predates a listed engine change
-    (harness.engine_changes). With any of those folders, the points of the further reps measured
+    (harness.run.engine_changes). With any of those folders, the points of the further reps measured
     there (batch lists add reps beyond the profile's) are looked at too. A cell whose
     result file exists under one of those folders gets `overwrite=true`: the point is
     re-measured whole, never completed with cells of another call."""
@@ -99,7 +99,7 @@ def sweep_lines(sweep: str, profile: Path, where: list[str], missing: Path | Non
 def point_lines(sweep: str, profile: Path, where: list[str], missing: Path | None,
                 stale: Path | None = None, mixed: Path | None = None) -> list[list[str]]:
     """`sweep_lines`, one list of lines per point."""
-    from harness.sweeps import load_profile, load_sweep, sweep_cells
+    from harness.run.sweeps import load_profile, load_sweep, sweep_cells
 
     stale_files = stale_paths(stale) if stale is not None else None
     prof = load_profile(profile)
@@ -143,7 +143,7 @@ def _with_measured_reps(cells: list, folders: list[Path]) -> list:
     ones a partly measured or mixed extra rep."""
     from dataclasses import replace
 
-    from harness.sweeps import _identity, cell_id
+    from harness.run.sweeps import _identity, cell_id
 
     def at_rep(cell, rep):
         values = {**cell.values, "rep": rep}
@@ -172,7 +172,8 @@ def compose(overrides: list[str]):
 
 def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     """Generate each cell's workload file (workloads/) and write an .xz copy into `carry`."""
-    from harness.cell_config import ensure_workload, workload_config
+    from harness.run.config import workload_config
+    from harness.run.workloads.store import ensure_workload
 
     carry.mkdir(parents=True, exist_ok=True)
     done: dict[Path, Path] = {}
@@ -193,8 +194,8 @@ def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
 def stale_paths(results: Path) -> set[Path]:
     """Result files under `results` (resolved) measured before a listed engine change in their
     scope; refuses to guess when git cannot tell (a shallow clone)."""
-    from harness.engine_changes import stale_cells
-    from harness.results import load_cells
+    from harness.run.engine_changes import stale_cells
+    from harness.run.results import load_cells
 
     # every cell, tagged A/B cells included: a stale adhoc line is re-measured like any other
     stale = stale_cells(load_cells(results))
@@ -204,10 +205,10 @@ def stale_paths(results: Path) -> set[Path]:
 
 
 def write_sha(path: Path) -> str | None:
-    """Write the commit the cells will record (harness.provenance.git_sha) to `path`: a lent
+    """Write the commit the cells will record (harness.run.provenance.git_sha) to `path`: a lent
     host's copy of the tree may have a stale or no `.git`, so scripts/gpu-host-env.sh exports it
     as GIT_SHA there."""
-    from harness.provenance import git_sha
+    from harness.run.provenance import git_sha
 
     sha = git_sha(default=None)
     if sha:
@@ -218,13 +219,13 @@ def write_sha(path: Path) -> str | None:
 
 def _wrong_card(tf: tarfile.TarFile, member: tarfile.TarInfo) -> str | None:
     """Why a result file in a tarball must not land: a cell file under results/<hardware>/ whose
-    `env.gpu` is not the card of conf/hardware/<hardware>.yaml (harness.cell_env.gpu_matches), e.g.
+    `env.gpu` is not the card of conf/hardware/<hardware>.yaml (harness.run.env.gpu_matches), e.g.
     an h200 cell run with `hardware.gpu=null` on an H100: it would sit in the H200 tables. Exempt:
     a profile without a card or an emulated one (a100-40gb), files that are not cells. None when
     the file may land."""
     import yaml
 
-    from harness.cell_env import gpu_matches
+    from harness.run.env import gpu_matches
 
     parts = Path(member.name).parts
     profile = ROOT / "conf" / "hardware" / f"{parts[1]}.yaml" if len(parts) > 2 else None
@@ -296,7 +297,7 @@ def unpack(carry: Path, workloads: Path) -> None:
 
 
 def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path, one_call: bool = False) -> list[dict]:
-    """Run the list point by point (consecutive lines of one point: harness.point.group_lines).
+    """Run the list point by point (consecutive lines of one point: harness.run.point.group_lines).
 
     A point is started only while the budget left covers `reserve_s` per cell of it (a Lp=16K
     B=256 cell takes about a minute on an H200); its cells then run back to back with one fresh
@@ -353,7 +354,7 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path, o
 
 
 def _result_path(ov: list[str]) -> Path:
-    from harness.cell_config import result_path
+    from harness.run.config import result_path
 
     return ROOT / result_path(compose([o for o in ov if not o.startswith("overwrite=")]))
 
@@ -364,7 +365,7 @@ def remeasured_at_this_commit(paths: list[Path], sha: str | None = None) -> str 
     again after a partial call (the budget ran out), and the points it already re-measured must
     not run twice, while a point cut short (some cells re-measured, some not) runs again whole.
     A dirty tree never counts as the same commit."""
-    from harness.provenance import git_sha
+    from harness.run.provenance import git_sha
 
     sha = sha or git_sha(default=None)
     if not sha or sha.endswith("-dirty"):
@@ -396,7 +397,7 @@ def tar_new(dst: Path, results: Path, logs: Path, since: float, runs: bool = Fal
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m harness.batch", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m harness.run.batch", description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 2)[2],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -436,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="only points whose results under this folder do not all share one env.call_id")
     ln.add_argument("--stale", type=Path, default=None,
                     help="only points with a result under this folder that predates a listed engine change "
-                         "(harness.engine_changes)")
+                         "(harness.run.engine_changes)")
     args = ap.parse_args(argv)
     if args.cmd == "unpack":
         unpack(args.carry, ROOT / "workloads")

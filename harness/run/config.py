@@ -1,17 +1,14 @@
 """A cell's Hydra config turned into values: its identity and result path, the workload file it
-reads, the engine arguments, the effective M_sat and the KV budget (harness.cell runs the cell).
+reads, the engine arguments, the effective M_sat and the KV budget (harness.run.cell runs the cell).
 
 Pure functions of the composed config (conf/config.yaml and its groups), so the cell app, the
-batch runner (harness.batch) and tests derive the same values; importing this module registers
+batch runner (harness.run.batch) and tests derive the same values; importing this module registers
 the `${cell_id:}` resolver the config's run directory uses.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import math
-import tempfile
 from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -19,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from harness.sweeps import cell_id
+from harness.run.sweeps import cell_id
 
 FORCE_CASCADE_M_SAT = 2**31  # never dense: the SGL-C/GKV column of Tables 13-14
 
@@ -119,7 +116,7 @@ def kv_budget_gb(hw: Mapping[str, Any], model_name: str, tp: int) -> float | Non
 
 def workload_config(cfg: DictConfig):
     """The WorkloadConfig of the cell: the workload group, with the top-level lp/k/n/output_len."""
-    from harness.workloads import WorkloadConfig
+    from harness.run.workloads.config import WorkloadConfig
 
     wl = plain(cfg.workload)
     names = {f.name for f in fields(WorkloadConfig)}
@@ -130,47 +127,6 @@ def workload_config(cfg: DictConfig):
     if d.get("kind") == "hetero" and not d.get("lps"):
         return WorkloadConfig.for_kind("hetero", **{k: v for k, v in d.items() if k not in ("kind", "lps")})
     return WorkloadConfig.from_dict(d)
-
-
-# THIN ADAPTER (pipeline side): harness.workloads.workload_filename loads the tokenizer (about
-# 9 s of BPE tables on this host) only to learn its name and vocabulary size. For the default
-# tokenizer (tokenizer_path None: cl100k_base) both are constants, so the name is derived with
-# them filled in; `check_header` verifies them against every file actually read. Drop this when
-# workload_filename stops loading the tokenizer.
-DEFAULT_TOKENIZER = ("cl100k", 100277)
-
-
-def workload_file_name(wcfg) -> str:
-    from harness import workloads
-
-    if wcfg.tokenizer_path is not None:
-        return workloads.workload_filename(wcfg)
-    original = workloads._tokenizer_tag
-    workloads._tokenizer_tag = lambda path: DEFAULT_TOKENIZER if path is None else original(path)
-    try:
-        return workloads.workload_filename(wcfg)
-    finally:
-        workloads._tokenizer_tag = original
-
-
-def check_header(header: Mapping[str, Any], wcfg, path: Path) -> None:
-    if wcfg.tokenizer_path is None and (header.get("tokenizer"), header.get("n_vocab")) != DEFAULT_TOKENIZER:
-        raise CellError(f"{path}: tokenizer {header.get('tokenizer')}/{header.get('n_vocab')} is not the "
-                        f"expected default {DEFAULT_TOKENIZER}; delete the file or set workload.tokenizer_path")
-
-
-def ensure_workload(wcfg, workloads_dir: Path) -> Path:
-    """The workload file for `wcfg`, generated under a file lock if absent (parallel cells share it)."""
-    from harness.workloads import write
-
-    path = Path(workloads_dir) / workload_file_name(wcfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = hashlib.blake2b(str(path.resolve()).encode(), digest_size=8).hexdigest()
-    with open(Path(tempfile.gettempdir()) / f"granikv-workload-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not path.exists():
-            write(wcfg, path)
-    return path
 
 
 def engine_args(cfg: DictConfig, max_context: int) -> dict[str, Any]:
@@ -219,7 +175,7 @@ def effective_m_sat(cfg: DictConfig) -> int:
 def max_context_for(cfg: DictConfig, requests) -> int:
     """The engine's context limit: the longest prompt the client will send (a closed-loop
     session's last round holds every earlier output) plus the output, rounded up."""
-    from harness.workloads import max_prompt_len
+    from harness.run.workloads.requests import max_prompt_len
 
     if cfg.server.max_context:
         return int(cfg.server.max_context)

@@ -1,6 +1,6 @@
-"""`python -m harness.cell` as a child process, stopped cleanly when its time is up.
+"""`python -m harness.run.cell` as a child process, stopped cleanly when its time is up.
 
-Shared by the two runners of points (`harness.point` under Snakemake, `harness.batch` on a lent
+Shared by the two runners of points (`harness.run.point` under Snakemake, `harness.run.batch` on a lent
 GPU host), so both stop a cell the same way.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STOP_GRACE_S = 40.0  # the server's stop_grace_s (30 s) and the cell's own unwinding
 
 
 def cell_command(overrides: Sequence[str], python: str | None = None) -> list[str]:
-    """The argv that measures one cell: `python -m harness.cell <overrides>`."""
-    return [python or sys.executable, "-m", "harness.cell", *overrides]
+    """The argv that measures one cell: `python -m harness.run.cell <overrides>`."""
+    return [python or sys.executable, "-m", "harness.run.cell", *overrides]
 
 
 def run_until(
@@ -32,12 +32,12 @@ def run_until(
     SIGTERM it and SIGKILL it only after `grace_s`. Returns the exit code, or "timeout" when the
     deadline passed.
 
-    Why not subprocess.run(timeout=...): that SIGKILLs the cell at once, so harness.cell never
+    Why not subprocess.run(timeout=...): that SIGKILLs the cell at once, so harness.run.cell never
     reaches launch()'s finally, and its server — started in a session of its own so that it and
     its TP workers can be signalled as one group — lives on, holding most of the GPU's memory
     (the engine sizes its KV pool from the memory it finds free). Every later cell of the call
     then measures a smaller engine next to an idle one, or fails to start. SIGTERM is what
-    harness.cell turns into SystemExit, which stops the server. The runner itself stopped while
+    harness.run.cell turns into SystemExit, which stops the server. The runner itself stopped while
     it waits (SIGTERM turned into SystemExit, Ctrl-C) stops the cell the same way before it
     unwinds, so no cell outlives its runner."""
     proc = subprocess.Popen(

@@ -5,7 +5,7 @@ Layout under one hardware directory `results/<hardware>/`:
 - `<sweep>/<cell-id>.json`: one serving cell, `{"config", "metrics", "engine", "env"}` and an
   optional `"profile"` section (`{category: ms}`, see `harness.tables` for the categories).
   `env.call_id` names the call the cell was measured in (the cells of one point share it,
-  `harness.point`); files written before cells recorded it have none. `load_cells`' frame always
+  `harness.run.point`); files written before cells recorded it have none. `load_cells`' frame always
   has the column (`CALL_ID`): NaN or None for a file without a call id, so the tables can tell
   which ratios set cells of one call side by side (`harness.table_queries.ratio_reps`).
 - `microbench/<name>.json`: `{"env": {...}, "records": [{...}, ...]}` (kernel microbenchmarks,

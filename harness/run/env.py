@@ -3,7 +3,7 @@ needs are idle.
 
 Recorded in every result file (`environment`), so a number can be traced to the host and library
 versions it was measured with, and to the call that measured it (`call_id`: the cells of one point
-share it, `harness.point`); `check_gpus_idle` refuses to measure beside another job's memory.
+share it, `harness.run.point`); `check_gpus_idle` refuses to measure beside another job's memory.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from harness.cell_config import CellError
-from harness.provenance import git_sha
+from harness.run.config import CellError
+from harness.run.provenance import git_sha
 
-# The call a cell runs in: harness.point and harness.batch export one id to every cell of a point,
+# The call a cell runs in: harness.run.point and harness.run.batch export one id to every cell of a point,
 # so the cells whose ratios are compared can be told to come from one run on one machine.
 CALL_ID_ENV = "GRANIKV_CALL_ID"
 

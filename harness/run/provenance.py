@@ -2,7 +2,7 @@
 
 One rule for the cells and the microbenchmarks: GIT_SHA when the caller sets it (a lent GPU host
 gets a copy of the working tree whose `.git` may be stale or absent: `scripts/gpu-host-env.sh`
-sets it from `.carry/src.sha`, which `harness.batch prepare` writes), otherwise HEAD with "-dirty"
+sets it from `.carry/src.sha`, which `harness.run.batch prepare` writes), otherwise HEAD with "-dirty"
 when tracked files differ from it — so a run on a tree that HEAD does not describe says so
 instead of naming HEAD (a stale `.git` would name a commit the code was not at).
 """
@@ -13,7 +13,7 @@ import os
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def git_sha(default: str | None = "unknown") -> str | None:
