@@ -40,7 +40,7 @@ VIEW = PROFILE.view
 TABLES = f"{PROFILE.tables_dir}/{PROFILE.hardware}"
 PLOTS = f"{PROFILE.plots_dir}/{PROFILE.hardware}"
 # The CI gate (docs/gate.md): conf/sweep/gate.yaml's cells, in their own folder R/gate/, never
-# part of `all`; gated against the committed baseline by harness.gate. Measured as points too.
+# part of `all`; gated against the committed baseline by harness.report.gate. Measured as points too.
 GATE_CELLS = sweep_cells(load_sweep("gate"), PROFILE)
 POINTS = group_points(PLAN.all_cells()) + group_points(GATE_CELLS)
 GATE_BASELINE = config.get("gate_baseline") or f"{PROFILE.results_dir}/baselines/{PROFILE.hardware}.json"
@@ -112,14 +112,14 @@ for _n in ALL_TABLES:
 
 
 def gate_command():
-    """harness.gate over the gate's cells (exit 1 on a regression, 2 when it cannot judge). A
+    """harness.report.gate over the gate's cells (exit 1 on a regression, 2 when it cannot judge). A
     stand-in profile (cpu-smoke) without a baseline skips the verdict: its numbers show the
     plumbing works, not how fast anything is, so no CPU baseline is committed."""
     if PROFILE.stand_in and not Path(GATE_BASELINE).exists():
         return (f"echo 'gate: skipped: no baseline {GATE_BASELINE} for the stand-in profile {PROFILE.name}; "
-                f"write one with: {PYTHON} -m harness.gate --results {R} --sweep gate --cells gate "
+                f"write one with: {PYTHON} -m harness.report.gate --results {R} --sweep gate --cells gate "
                 f"--profile {PROFILE.name} --baseline {GATE_BASELINE} --write-baseline'")
-    return (f"{PYTHON} -m harness.gate --results {R} --sweep gate --baseline {GATE_BASELINE} --mode {GATE_MODE} "
+    return (f"{PYTHON} -m harness.report.gate --results {R} --sweep gate --baseline {GATE_BASELINE} --mode {GATE_MODE} "
             f"--json {GATE_REPORT}/report.json --markdown {GATE_REPORT}/report.md")
 
 
@@ -201,7 +201,7 @@ rule table:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.tables --results {VIEW} --out {TABLES} --table {{wildcards.n}}"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.tables --results {VIEW} --out {TABLES} --table {{wildcards.n}}"
 
 
 rule tables:
@@ -212,7 +212,7 @@ rule tables:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.tables --results {VIEW} --out {TABLES}"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.tables --results {VIEW} --out {TABLES}"
 
 
 rule tree_page:
@@ -224,7 +224,7 @@ rule tree_page:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.tree_table --results {VIEW} --out {TABLES}/tree.md"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.tree_table --results {VIEW} --out {TABLES}/tree.md"
 
 
 rule plots:
@@ -235,4 +235,4 @@ rule plots:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.plots --results {VIEW} --out {PLOTS}"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.plots --results {VIEW} --out {PLOTS}"

@@ -8,5 +8,5 @@ its config (`config`), the system started (`systems`), the load offered by `clie
 runs a cell as a child process.
 `results` reads and validates what cells wrote, `engine_changes` says which of them predate a
 change that moves their numbers, `profile` captures steady decode beside a run. Rendering those
-files is harness.report's; nothing here imports it.
+files is harness.report.repetitions's; nothing here imports it.
 """

@@ -5,7 +5,7 @@ changing after a cell is measured: a cell re-measured at HEAD gives HEAD's numbe
 `harness/data/engine_changes.yaml` lists the commits that change what a serving cell measures, each
 with the cells it can touch (`scope`); a cell *predates* a change when the change is in its scope
 and is not an ancestor of the cell's commit (`git merge-base --is-ancestor`). The tables mark each
-row built from such a cell with § (`harness.tables.stale_cell_paths`); this module's command lists
+row built from such a cell with § (`harness.report.tables.write.stale_cell_paths`); this module's command lists
 the cells and the changes they predate — what to re-measure first:
 
     python -m harness.run.engine_changes --results results/h200 [--sweep table9 ...]

@@ -3,14 +3,14 @@
 Layout under one hardware directory `results/<hardware>/`:
 
 - `<sweep>/<cell-id>.json`: one serving cell, `{"config", "metrics", "engine", "env"}` and an
-  optional `"profile"` section (`{category: ms}`, see `harness.tables` for the categories).
+  optional `"profile"` section (`{category: ms}`, see `harness.report.tables` for the categories).
   `env.call_id` names the call the cell was measured in (the cells of one point share it,
   `harness.run.point`); files written before cells recorded it have none. `load_cells`' frame always
   has the column (`CALL_ID`): NaN or None for a file without a call id, so the tables can tell
-  which ratios set cells of one call side by side (`harness.table_queries.ratio_reps`).
+  which ratios set cells of one call side by side (`harness.report.tables.queries.ratio_reps`).
 - `microbench/<name>.json`: `{"env": {...}, "records": [{...}, ...]}` (kernel microbenchmarks,
   ncu counters, dispatch-overhead captures; the record fields each consumer expects are listed
-  in `harness.tables`).
+  in `harness.report.tables`).
 
 Validation is strict on the keys every consumer relies on and says which file and which key is
 wrong, because a silently half-read result set would produce a table with quietly missing
@@ -205,7 +205,7 @@ class ResultSet:
     cells: pd.DataFrame
     microbench: Mapping[str, pd.DataFrame] = field(default_factory=dict)
     # the cell paths read inside each open `recording()` (innermost last): which cells are behind
-    # a table row, so a row built from a stale cell can be marked (harness.tables, engine_changes)
+    # a table row, so a row built from a stale cell can be marked (harness.report.tables, engine_changes)
     _recordings: list[set[str]] = field(default_factory=list, compare=False, repr=False)
 
     @contextlib.contextmanager
@@ -248,7 +248,7 @@ def load_results(results_dir: Path | str) -> ResultSet:
     """Load cells and every microbench file of `results/<hardware>/`."""
     root = Path(results_dir)
     cells = load_cells(root)
-    if "config.tag" in cells.columns:  # tagged A/B cells are compared by harness.report, not tabled
+    if "config.tag" in cells.columns:  # tagged A/B cells are compared by harness.report.repetitions, not tabled
         cells = cells[cells["config.tag"].isna()].reset_index(drop=True)
     micro: dict[str, pd.DataFrame] = {}
     mdir = root / MICROBENCH_DIR

@@ -1,7 +1,7 @@
 """Sweeps -> cells: the grid of every paper table, expanded for one pipeline profile.
 
 A sweep is `conf/sweep/<name>.yaml`; its cells land in `results/<hardware>/<name>/`, the
-directory `harness.tables` reads for that table. Snakemake (the `Snakefile`) owns the sweeps:
+directory `harness.report.tables` reads for that table. Snakemake (the `Snakefile`) owns the sweeps:
 it asks `plan(...)` for the cells of a profile, groups them into points (`harness.run.point`) and
 runs `python -m harness.run.point run <sweep> <point-id>` — each cell's `python -m harness.run.cell
 <overrides>`, back to back in one call — once per point with a result file missing. No Hydra
@@ -27,7 +27,7 @@ Pipeline profile (`profiles/<name>/pipeline.yaml`): which hardware, which grid l
 reps, which sweeps, and optionally a *stand-in*: a scaled-down mapping (the `cpu-smoke` tiny
 model on CPU) applied to each paper-unit cell. A stand-in cell runs the scaled values and
 records the paper values it stands in for under `config.stands_for`; `paper_view()` then
-presents such results in paper units so `harness.tables` can place them in the paper's rows.
+presents such results in paper units so `harness.report.tables` can place them in the paper's rows.
 """
 
 from __future__ import annotations
@@ -411,12 +411,12 @@ def plan(profile: PipelineProfile, sweep_dir: Path = SWEEP_DIR) -> Plan:
 
 # --------------------------------------------------------------------------- paper-unit view (adapter)
 
-# THIN ADAPTER (pipeline side): harness.tables matches cells on config.model/tp/lp/batch in
+# THIN ADAPTER (pipeline side): harness.report.tables matches cells on config.model/tp/lp/batch in
 # paper units. A stand-in cell (tiny model, scaled Lp/B) records the paper cell it stands in for
 # under config.stands_for; this view copies each result with those keys put in paper units and
 # the values that really ran kept under config.ran, so the paper's rows fill from scaled runs.
 # The copies live in results/<hw>-standin/ (never mixed with real paper-scale results), and
-# env.gpu says "stand-in". Drop this once harness.tables reads config.stands_for itself.
+# env.gpu says "stand-in". Drop this once harness.report.tables reads config.stands_for itself.
 
 
 def paper_view(results: Path | str, out: Path | str) -> int:

@@ -1,6 +1,6 @@
 """Every committed result folder loads: the tables and plots read `results/<hardware>/` whole, so
 one malformed file (a microbench JSON without a records list, a cell without its config) would
-stop `python -m harness.tables` for every table of that hardware."""
+stop `python -m harness.report.tables` for every table of that hardware."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_committed_results_load(folder):
 def test_committed_report_is_current():
     """`tables/h200/repetitions.md` is rendered from the committed cells; landing cells without
     re-rendering it would leave a spread or an A/B the files no longer show."""
-    from harness import report
+    from harness.report import repetitions as report
 
     committed = RESULTS.parent / "tables" / "h200" / "repetitions.md"
     if not committed.is_file():
@@ -30,7 +30,7 @@ def test_committed_report_is_current():
     results = Path("results/h200")  # the render names the folder as given on the command line
     rendered = report.render(report.read_results(RESULTS / "h200"), results)
     assert rendered == committed.read_text(), (
-        "re-render: python -m harness.report --results results/h200 --out tables/h200/repetitions.md")
+        "re-render: python -m harness.report.repetitions --results results/h200 --out tables/h200/repetitions.md")
 
 
 def _committed(root: Path) -> list[Path]:

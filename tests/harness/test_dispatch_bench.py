@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from harness.microbench import dispatch
+from harness.report.tables.compare import build_table
 from harness.run.results import load_results
-from harness.table_compare import build_table
 
 
 def test_choose_us_times_the_decision_rule():

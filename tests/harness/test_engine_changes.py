@@ -259,7 +259,9 @@ def test_tables_mark_the_rows_built_from_stale_cells(repo, tmp_path):
     the Markdown and LaTeX tables and the README headline; rows from current cells are not."""
     import re
 
-    from harness import table_compare, table_render, tables
+    from harness.report.tables import compare as table_compare
+    from harness.report.tables import render as table_render
+    from harness.report.tables import write as tables
     from harness.run.results import load_results
 
     r, sha = repo
@@ -288,7 +290,7 @@ def test_tables_mark_the_rows_built_from_stale_cells(repo, tmp_path):
 
 
 def test_tables_leave_rows_unmarked_when_git_cannot_place_the_cells(tmp_path):
-    from harness import tables
+    from harness.report.tables import write as tables
 
     res_dir = tmp_path / "results" / "hw"
     _cell(res_dir, "table9", "paged", "0123456789abcdef0123456789abcdef01234567")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import gate
+from harness.report import gate
 
 ENV = {"gpu": "FIXTURE (fake numbers)", "git_sha": "0000000"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import gate
+from harness.report import gate
 from harness.run import sweeps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,5 +176,5 @@ def test_snakemake_gate_target_plans_exactly_the_gate_cells():
     wanted = {f"results/h200/gate/{c.cell_id}.json" for c in H200_GATE}
     present = {p for p in wanted if (ROOT / p).exists()}  # a local gate run's cells are not re-planned
     assert planned | present == wanted
-    assert "-m harness.gate --results results/h200 --sweep gate --baseline results/baselines/h200.json" in text
+    assert "-m harness.report.gate --results results/h200 --sweep gate --baseline results/baselines/h200.json" in text
     assert "--mode ratio --json results/h200/gate/report/report.json" in text

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import hint_free
+from harness.report import hint_free
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results" / "h200"
@@ -26,7 +26,7 @@ def rendered() -> str:
 
 
 def test_committed_table_is_current(rendered):
-    assert TABLE.read_text() == rendered, "re-render: python -m harness.hint_free --results results/h200"
+    assert TABLE.read_text() == rendered, "re-render: python -m harness.report.hint_free --results results/h200"
 
 
 def test_cli_writes_the_same_table(tmp_path, rendered):

@@ -1,4 +1,4 @@
-"""harness.ncu on a host without ncu: the command line, parsing ncu's CSV pages (hand-written
+"""harness.microbench.ncu on a host without ncu: the command line, parsing ncu's CSV pages (hand-written
 fixtures in ncu's documented layout; the numbers are made up), records in the ncu.json format,
 and a clear message when ncu is not installed."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import ncu
+from harness.microbench import ncu
 
 FIX = Path(__file__).parent / "fixtures"
 
@@ -75,10 +75,10 @@ def test_cli_says_clearly_when_ncu_is_missing(tmp_path, capsys):
 
 
 def test_records_feed_table23(tmp_path):
-    """The records this module writes are what harness.tables reads for Table 23: the dense kernel's
+    """The records this module writes are what harness.report.tables reads for Table 23: the dense kernel's
     captures fill the paper's two columns, the paged decode's only its own extra rows."""
+    from harness.report.tables.compare import build_table
     from harness.run.results import load_results
-    from harness.table_compare import build_table
 
     shape = ncu.Shape()
     recs = []
@@ -124,10 +124,10 @@ def test_capture_skips_warmup_launches_of_the_default_target(tmp_path, monkeypat
 
     monkeypatch.setattr(ncu, "capture", fake_capture)
     assert ncu.main(["--workdir", str(tmp_path), "--out", str(tmp_path / "n.json"), "--warmup", "2"]) == 0
-    assert seen["shared"] == ("harness.ncu --launch-table5 --layouts shared --warmup 2 --launch-count 3",
+    assert seen["shared"] == ("harness.microbench.ncu --launch-table5 --layouts shared --warmup 2 --launch-count 3",
                               "^_prefix_kernel$", 2, 3)
     # the paper's unique column: the same kernel as shared, captured with the same regex
-    assert seen["unique"] == ("harness.ncu --launch-table5 --layouts unique --warmup 2 --launch-count 3",
+    assert seen["unique"] == ("harness.microbench.ncu --launch-table5 --layouts unique --warmup 2 --launch-count 3",
                               "^_prefix_kernel$", 2, 3)
     assert seen["unique-decode"][1:] == ("^_decode_kernel$", 2, 3)
     assert json.loads((tmp_path / "n.json").read_text())["records"] == []

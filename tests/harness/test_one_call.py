@@ -12,7 +12,10 @@ import re
 import pandas as pd
 import pytest
 
-from harness import table_compare, table_queries, table_render, tables
+from harness.report.tables import compare as table_compare
+from harness.report.tables import queries as table_queries
+from harness.report.tables import render as table_render
+from harness.report.tables import write as tables
 from harness.run.results import ResultSet, load_cells
 
 MODEL = {1: "llama-3.1-8b", 2: "qwen2.5-14b"}

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.report.tables.specs import TABLE_NUMBERS
 from harness.run import sweeps
 from harness.run.results import load_results
-from harness.table_specs import TABLE_NUMBERS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = ("cpu-smoke", "h200", "paper", "a100-40gb")

@@ -1,4 +1,4 @@
-"""harness.report: each point's repetitions side by side (spread, per-run ratios, commits), and
+"""harness.report.repetitions: each point's repetitions side by side (spread, per-run ratios, commits), and
 the A/B cells of adhoc/ beside the untagged cells of their point."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness import report
+from harness.report import repetitions as report
 
 
 def _cell(folder, system, tok, rep=0, lp=4096, knobs="", k=1, git="abc1234", tag=None, extra=(), m_sat=2048,

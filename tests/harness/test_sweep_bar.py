@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import sweep_bar
+from harness.report import sweep_bar
 
 
 def _cell(root: Path, name: str, system: str, lp: int, batch: int, tok: float, hint: bool = False,

@@ -16,8 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import plots, table_compare, table_extract, table_queries, table_render, table_specs, tables
-from harness.paper import load_paper_tables, paper_table
+from harness.report import plots
+from harness.report.paper import load_paper_tables, paper_table
+from harness.report.tables import compare as table_compare
+from harness.report.tables import extract as table_extract
+from harness.report.tables import queries as table_queries
+from harness.report.tables import render as table_render
+from harness.report.tables import specs as table_specs
+from harness.report.tables import write as tables
 from harness.run.results import (
     ResultFileError,
     load_cells,
@@ -59,7 +65,7 @@ def test_bundled_copy_matches_the_shared_extraction_when_present():
     shared = Path(__file__).resolve().parents[3] / "shared" / "paper" / "tables.yaml"
     if not shared.exists():
         pytest.skip("../shared/paper/tables.yaml is not next to this checkout")
-    from harness.paper import PAPER_TABLES_PATH
+    from harness.report.paper import PAPER_TABLES_PATH
 
     assert load_paper_tables(shared) == load_paper_tables(PAPER_TABLES_PATH)
 
@@ -527,13 +533,13 @@ def test_paged_alpha_is_its_attention_time_times_the_prefix_share_of_the_context
 
 
 def test_readme_headline_block_is_rendered_from_committed_results():
-    """The README's headline table is what `harness.tables --readme` renders from results/h200 now
-    (re-render after committing results: `python -m harness.tables --results results/h200
+    """The README's headline table is what `harness.report.tables --readme` renders from results/h200 now
+    (re-render after committing results: `python -m harness.report.tables --results results/h200
     --out tables/h200 --readme README.md`)."""
+    from harness.report.tables.compare import build_table
+    from harness.report.tables.render import STALE_MARK, render_headline
+    from harness.report.tables.write import README_BEGIN, README_END, headline_block, stale_cell_paths
     from harness.run.results import load_results
-    from harness.table_compare import build_table
-    from harness.table_render import STALE_MARK, render_headline
-    from harness.tables import README_BEGIN, README_END, headline_block, stale_cell_paths
 
     root = Path(__file__).resolve().parents[2]
     text = (root / "README.md").read_text(encoding="utf-8")
@@ -553,7 +559,7 @@ def test_readme_headline_block_is_rendered_from_committed_results():
 
 
 def test_update_readme_replaces_only_the_marked_block(tmp_path):
-    from harness.tables import README_BEGIN, README_END, update_readme
+    from harness.report.tables.write import README_BEGIN, README_END, update_readme
 
     f = tmp_path / "README.md"
     f.write_text(f"intro\n{README_BEGIN}\nold\n{README_END}\noutro\n")
@@ -569,7 +575,7 @@ def test_update_readme_replaces_only_the_marked_block(tmp_path):
 
 def test_tagged_ab_cells_are_not_table_inputs(tmp_path):
     """A cell run with tag= (an A/B of a server setting) beside a sweep's cells must not become
-    another repetition of the point: load_results leaves it to harness.report."""
+    another repetition of the point: load_results leaves it to harness.report.repetitions."""
     import shutil
 
     root = tmp_path / "fixture-hw"
@@ -626,7 +632,7 @@ def committed_h200():
 def test_committed_tables_are_what_the_committed_results_render(committed_h200, number):
     """tables/h200/table<n>.csv is exactly what the renderer makes of results/h200 now: every
     committed number is reproducible from the committed result files (re-render after a change:
-    `python -m harness.tables --results results/h200 --out tables/h200 --readme README.md`)."""
+    `python -m harness.report.tables --results results/h200 --out tables/h200 --readme README.md`)."""
     committed = ROOT / "tables" / "h200" / f"table{number}.csv"
     if not committed.exists():
         pytest.skip(f"{committed} is not committed")

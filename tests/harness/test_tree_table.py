@@ -1,4 +1,4 @@
-"""tables/<hw>/tree.md (harness.tree_table): a workload's four variants per repetition, ratios from
+"""tables/<hw>/tree.md (harness.report.tree_table): a workload's four variants per repetition, ratios from
 the repetitions of one call (else marked ‡ and left unjudged), each against issue #39's bar."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import tree_table
+from harness.report import tree_table
 
 
 def _cell(root: Path, workload: str, system: str, depth: int | None, rep: int, call: str | None, tok: float) -> None:
@@ -60,4 +60,4 @@ def test_the_committed_page_is_current():
     cells = (tree_table.load_cells(root / results, sweeps=["tree"]) if (root / results / "tree").is_dir()
              else tree_table.pd.DataFrame())
     assert tree_table.render(tree_table.point_rows(cells), str(results)) == committed.read_text(), (
-        "re-render: python -m harness.tree_table --results results/h200 --out tables/h200/tree.md")
+        "re-render: python -m harness.report.tree_table --results results/h200 --out tables/h200/tree.md")

@@ -3,10 +3,10 @@
 Every compared column is held three times: the paper's value, ours, and ours/paper. A cell we
 have no result for is missing (never filled in); a column we do not measure at all (a
 qualitative label such as Table 19's "regime") is not applicable. A ratio of ours whose systems
-come from different calls (the extractor lists it under `harness.table_queries.MIXED`) is a
+come from different calls (the extractor lists it under `harness.report.tables.queries.MIXED`) is a
 *mixed-call* cell; the row keeps the result files behind such ratios (`mixed_sources`), which
-`harness.tables` counts per point. Rendering is `harness.table_render`; what feeds each table is
-`harness.table_specs`.
+`harness.report.tables` counts per point. Rendering is `harness.report.tables.render`; what feeds each table is
+`harness.report.tables.specs`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.paper import PaperColumn, paper_table
+from harness.report.paper import PaperColumn, paper_table
+from harness.report.tables.extract import EXTRACTORS, ours_rows
+from harness.report.tables.queries import MIXED, is_number
+from harness.report.tables.specs import TABLE_NUMBERS, TABLE_SPECS
 from harness.run.results import ResultSet
-from harness.table_extract import EXTRACTORS, ours_rows
-from harness.table_queries import MIXED, is_number
-from harness.table_specs import TABLE_NUMBERS, TABLE_SPECS
 
 
 @dataclass(frozen=True)

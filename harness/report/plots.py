@@ -19,7 +19,7 @@
   first of sweeps `table15`, `table6` that ran it).
 
 Each plot with no data still writes a PNG that says so, so a partial result set never crashes
-the pipeline. CLI: `python -m harness.plots --results results/<hw> --out plots/<hw>`.
+the pipeline. CLI: `python -m harness.report.plots --results results/<hw> --out plots/<hw>`.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
-from harness.paper import PAPER_HARDWARE, paper_figure, paper_table  # noqa: E402
+from harness.report.paper import PAPER_HARDWARE, paper_figure, paper_table  # noqa: E402
+from harness.report.tables.queries import TOK, canonical_model, where  # noqa: E402
 from harness.run.results import ResultSet, load_results  # noqa: E402
-from harness.table_queries import TOK, canonical_model, where  # noqa: E402
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_STYLE: Mapping[str, tuple[str, str]] = {"paged": ("SGLang default (paged)", "tab:gray"),
                                                "cascade": ("SGLang-Cascade (cascade)", "tab:blue"),
                                                "granikv": ("GraniKV", "tab:red")}
@@ -161,8 +161,8 @@ def _kernel_points(results: ResultSet) -> list[Point]:
 
 def _ncu_points(results: ResultSet) -> list[Point]:
     """Per op/layout of ncu.json: intensity from *measured* DRAM bytes, as the paper's Figure 1 (a
-    record without `op` counts as its kernel's op, `harness.ncu.op_of`)."""
-    from harness.ncu import op_of
+    record without `op` counts as its kernel's op, `harness.microbench.ncu.op_of`)."""
+    from harness.microbench.ncu import op_of
 
     recs = results.microbench.get("ncu")
     need = {"layout", "dram_bytes_read", "useful_flops", "wall_us"}
@@ -354,7 +354,7 @@ def write_plots(results: ResultSet, out_dir: Path | str,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.plots", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m harness.report.plots", description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True, help="results/<hardware> directory")
     p.add_argument("--out", required=True, help="output directory, e.g. plots/<hardware>")
     p.add_argument("--peak-tflops", type=float, help="bf16 peak when conf/hardware/<hw>.yaml lacks it")

@@ -1,7 +1,7 @@
 """Issue #29's sweep bar: GraniKV without the prefix hint at least matches cascade at every k = 1
 ShareGPT point of Table 9 at Lp ≥ 2K.
 
-Why a section of its own beside the A/B rows of `harness.hint_free`: the bar spans a whole sweep,
+Why a section of its own beside the A/B rows of `harness.report.hint_free`: the bar spans a whole sweep,
 so it is judged from the Table 9 cells, not from `adhoc/` cells measured back to back. A point's
 ratio is taken, as the tables take theirs, over the repetitions whose granikv and cascade cells
 carry one call id (`env.call_id`) where there are any; else over all its repetitions, and marked ‡
@@ -23,7 +23,7 @@ from harness.run.results import load_cells
 
 SWEEP = "table9"
 MIN_LP = 2048
-MIXED_MARK = "‡"  # harness.table_render.MIXED_MARK
+MIXED_MARK = "‡"  # harness.report.tables.render.MIXED_MARK
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-PAPER_TABLES_PATH = Path(__file__).resolve().parent / "data" / "paper_tables.yaml"
+PAPER_TABLES_PATH = Path(__file__).resolve().parents[1] / "data" / "paper_tables.yaml"
 
 # The paper's hardware: every absolute number in it was measured on A100-SXM4-40GB GPUs.
 PAPER_HARDWARE = "A100-SXM4-40GB"

@@ -34,7 +34,7 @@ cells, conf/sweep/gate.yaml, as a pipeline profile plans them). Such a baseline 
 without `sweep`, so cells measured by the `gate` sweep match the same configurations measured by
 the reproduction sweeps (table9, table20): a cell is the same cell whichever sweep ran it.
 
-CLI: `python -m harness.gate --results results/<hw> --baseline results/baselines/<hw>.json
+CLI: `python -m harness.report.gate --results results/<hw> --baseline results/baselines/<hw>.json
 [--mode ratio|absolute|both] [--tolerance 0.05] [--json F] [--markdown F]
 [--write-baseline [--force] [--cells SWEEP [--profile NAME]]]`.
 """
@@ -72,7 +72,7 @@ DEFAULT_ABS_TOLERANCE = 0.10
 MODES = ("ratio", "absolute", "both")
 _EPS = 1e-9  # relative slack so a value exactly on the threshold passes despite float rounding
 
-MIXED_MARK = "‡"  # a ratio whose two systems were measured in different calls (harness.table_render)
+MIXED_MARK = "‡"  # a ratio whose two systems were measured in different calls (harness.report.tables.render)
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 VERDICTS = {EXIT_PASS: "PASS", EXIT_REGRESSION: "FAIL (regression)", EXIT_ERROR: "ERROR (missing data)"}
 
@@ -484,7 +484,7 @@ def write_report(report_json: str | None, report_md: str | None, exit_code: int,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.gate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m harness.report.gate", description=__doc__.split("\n")[0])
     p.add_argument("--results", required=True, help="results/<hardware> directory")
     p.add_argument("--baseline", required=True, help="baseline JSON (e.g. results/baselines/<hardware>.json)")
     p.add_argument("--mode", choices=MODES, default="ratio")

@@ -5,7 +5,7 @@ reads the prefix from DRAM about once on the shared (HOT slab) layout and B time
 (one private copy per request) layout. We run a target program under
 `ncu --clock-control none` (boost clocks, as the timed microbench runs; ncu would otherwise lock
 base clocks and slow every kernel), capture the named kernels, read ncu's raw CSV page and turn
-each captured launch into a `microbench/ncu.json` record (harness/tables.py):
+each captured launch into a `microbench/ncu.json` record (harness/report/tables/):
 `{op, layout, B, Lp, kernel, dram_bytes_read, byte_model_bytes, l2_hit_rate_pct,
 tensor_pipe_active_pct, waves_per_sm, wall_us, useful_flops}`.
 
@@ -22,7 +22,7 @@ The byte model is the minimum K/V the layout must read (unique: every request's 
 shared: the prefix once); `useful_flops` is QK^T + PV over the prefix, 4·B·Hq·d·Lp per layer.
 Parsing and command construction are host-only; the capture needs a GPU and ncu.
 
-    python -m harness.ncu --out results/h200/microbench/ncu.json        # on the GPU host, ncu on PATH
+    python -m harness.microbench.ncu --out results/h200/microbench/ncu.json        # on the GPU host, ncu on PATH
 
 By default the target is this module itself (`--launch-table5`): the Table 5 shape (B=256,
 Lp=8K, Llama head) with the engine's launch configs (`DENSE_CONFIG`, the split count of
@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     records: list[dict] = []
     try:
         for name in args.layouts:
-            target = args.target or (f"harness.ncu --launch-table5 --layouts {name} --warmup {args.warmup} "
+            target = args.target or (f"harness.microbench.ncu --launch-table5 --layouts {name} --warmup {args.warmup} "
                                      f"--launch-count {args.launch_count}")
             records += capture(target, name, CAPTURES[name], shape, workdir, skip, args.launch_count, args.ncu)
     except NcuError as e:
@@ -299,7 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from harness.microbench._timing import env_info
 
     doc = {"env": {**env_info(), "started_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
-           "target": args.target or "harness.ncu --launch-table5", "metrics": list(METRICS), "records": records}
+           "target": args.target or "harness.microbench.ncu --launch-table5", "metrics": list(METRICS),
+           "records": records}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -3,7 +3,7 @@
 A `TableSpec` says which paper columns identify a row (`keys`), which serving-cell sweeps feed it
 (`sweeps`, in order of preference), which columns we do not measure (`qualitative`) or must not
 compare (`no_ratio`), and in `method` how our number of each column is derived; the code that
-does it is `harness.table_extract`, one extractor per table. Rules common to every table:
+does it is `harness.report.tables.extract`, one extractor per table. Rules common to every table:
 
 - Systems: `paged` = "SGLang default" (SGL), `cascade` = "SGLang-Cascade" (SGL-C), `granikv` =
   "GraniKV" (GKV). "SGL-C/GKV" (cascade kernel on GraniKV's HOT/COLD storage, Tables 13-14) is a
@@ -22,7 +22,7 @@ does it is `harness.table_extract`, one extractor per table. Rules common to eve
   TPOT, TTFT) from those reps only. A row with none — cells of different calls, or files that
   record no call id — takes them from the reps that hold every compared system
   (`complete_reps`), and each of its ratios is a *mixed-call* ratio, marked ‡ in the rendered
-  tables and counted per table and TP in their index (`harness.tables.count_mixed_call_points`).
+  tables and counted per table and TP in their index (`harness.report.tables.write.count_mixed_call_points`).
   Ratios are ratios of the means; a row whose systems compare nothing (one system) reads its
   complete reps. The profile tables (13, 14) and Tables 12 and 15 compute no ratio between
   systems: they read their complete reps (13, 14) or every rep (12, 15).

@@ -1,6 +1,6 @@
 """Evidence queries over a `ResultSet`: which cells feed a table row, and their means and ratios.
 
-Every table extractor (`harness.table_extract`) reads result cells only through these, so the
+Every table extractor (`harness.report.tables.extract`) reads result cells only through these, so the
 matching rules live in one place: cells match on config keys only (never on the workload name),
 a row's systems come from one sweep (`select`), and a row's numbers are means over the reps it
 reads, chosen by `ratio_reps`:
@@ -12,10 +12,10 @@ reads, chosen by `ratio_reps`:
 - When none is (files without a call id count as calls of their own), the row reads its complete
   reps (`complete_reps`: every compared system present), and every ratio it computes is
   a *mixed-call* ratio: the extractor lists it under `MIXED` and the rendered tables mark it
-  (`harness.table_render.MIXED_MARK`).
+  (`harness.report.tables.render.MIXED_MARK`).
 
 Ratios are ratios of the means over the reps read. The rules are spelled out per table in
-`harness.table_specs`.
+`harness.report.tables.specs`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ TPOT99 = "metrics.p99_tpot_ms"
 TTFT = "metrics.median_ttft_ms"
 SYSTEMS = ("paged", "cascade", "granikv")  # the systems a point compares (not the extra variants)
 # extractor output key: {column: the paths of the cells behind a ratio whose systems come from
-# different calls}; `harness.table_compare.build_table` turns it into marked cells
+# different calls}; `harness.report.tables.compare.build_table` turns it into marked cells
 MIXED = "_mixed_call"
 
 

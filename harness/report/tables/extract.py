@@ -2,8 +2,8 @@
 
 An extractor maps (its `TableSpec`, the paper's table, one paper row, our `ResultSet`) to
 {column name: our value}; a column it leaves out or sets to None is a missing cell, never
-filled in. What each extractor reads is its spec's `method` (`harness.table_specs`); the
-lookups go through `harness.table_queries`. Every row that sets two systems' numbers against each
+filled in. What each extractor reads is its spec's `method` (`harness.report.tables.specs`); the
+lookups go through `harness.report.tables.queries`. Every row that sets two systems' numbers against each
 other reads the reps `table_queries.ratio_reps` chooses (one call when there is one) for its
 ratios and its absolute numbers alike, and lists a ratio whose systems come from different calls
 under `table_queries.MIXED` (the renderers mark it).
@@ -17,9 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from harness.paper import PaperTable
-from harness.run.results import ResultSet
-from harness.table_queries import (
+from harness.report.paper import PaperTable
+from harness.report.tables.queries import (
     SYSTEM_OF_NAME,
     SYSTEM_OF_PREFIX,
     TOK,
@@ -39,7 +38,8 @@ from harness.table_queries import (
     system_block,
     where,
 )
-from harness.table_specs import TableSpec
+from harness.report.tables.specs import TableSpec
+from harness.run.results import ResultSet
 
 Extractor = Callable[[TableSpec, PaperTable, Mapping[str, Any], ResultSet], Mapping[str, Any]]
 
@@ -349,8 +349,8 @@ TABLE23_DECODE_SUFFIX = "— unique, paged decode kernel (ours, not the paper's 
 
 def _ncu_records(recs: pd.DataFrame, op: str, layout: str) -> pd.DataFrame:
     """The ncu.json records of `op` on `layout`; a record without `op` counts as the op its
-    `kernel` belongs to (`harness.ncu.op_of`), one with neither as none."""
-    from harness.ncu import op_of
+    `kernel` belongs to (`harness.microbench.ncu.op_of`), one with neither as none."""
+    from harness.microbench.ncu import op_of
 
     def op_of_row(r: pd.Series) -> str | None:
         return op_of({k: r[k] for k in ("op", "kernel") if k in r.index and isinstance(r[k], str)})
