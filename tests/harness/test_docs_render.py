@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from harness import docs_render
+from harness.docs import common, render
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "docs" / "generated"
-RERENDER = "re-render: python -m harness.docs_render --root . --out docs/generated"
+RERENDER = "re-render: python -m harness.docs.render --root . --out docs/generated"
 
 
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, str]:
-    if not (ROOT / docs_render.H200).is_dir():
+    if not (ROOT / common.H200).is_dir():
         pytest.skip("no committed H200 results")
-    return docs_render.render_all(ROOT)
+    return render.render_all(ROOT)
 
 
 def test_every_generated_file_is_current(rendered):
@@ -37,14 +37,14 @@ def test_no_generated_file_without_a_generator(rendered):
 
 
 def test_cli_writes_the_same_files(tmp_path, rendered):
-    docs_render.main(["--root", str(ROOT), "--out", str(tmp_path), "--only", "kernels", "specialize"])
+    render.main(["--root", str(ROOT), "--out", str(tmp_path), "--only", "kernels", "specialize"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernels.md", "specialize.md"]
     assert (tmp_path / "kernels.md").read_text() == rendered["kernels.md"]
 
 
 def test_every_block_names_its_sources(rendered):
     for name, text in rendered.items():
-        assert text.startswith(docs_render.HEADER), name
+        assert text.startswith(common.HEADER), name
         assert "Source: `" in text, name
 
 

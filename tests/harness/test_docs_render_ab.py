@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import docs_render
+from harness.docs import serving
+from harness.docs.common import Sources
 
 
 def _write(root: Path, rel: str, api: str, tok: float, call_id: str | None = "call-a") -> None:
@@ -25,38 +26,38 @@ def _write(root: Path, rel: str, api: str, tok: float, call_id: str | None = "ca
 @pytest.mark.parametrize(("api", "tok", "verdict"), [
     ("completions", 99.0, "met"), ("completions", 97.0, "not met"), ("generate", 99.0, "not judged")])
 def test_api_ab_verdict(tmp_path, api, tok, verdict):
-    for generate, tagged in docs_render.API_AB:
+    for generate, tagged in serving.API_AB:
         _write(tmp_path, generate, "generate", 100.0)
         _write(tmp_path, tagged, api, tok)
-    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
-    assert f"≥ {docs_render.API_AB_BAR}: {verdict}" in text
+    text = serving.render_api_ab(Sources(tmp_path))
+    assert f"≥ {serving.API_AB_BAR}: {verdict}" in text
     assert "| 6.00 | 1000 |" in text  # the measured run's server CPU s and chunks, warm-up subtracted
 
 
 def test_api_ab_not_judged_across_calls(tmp_path):
     """The four cells must come from one call: otherwise run-to-run spread decides the verdict."""
-    for i, (generate, tagged) in enumerate(docs_render.API_AB):
+    for i, (generate, tagged) in enumerate(serving.API_AB):
         _write(tmp_path, generate, "generate", 100.0, call_id=f"call-{i}")
         _write(tmp_path, tagged, "completions", 99.0, call_id=f"call-{i}")
-    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
-    assert f"≥ {docs_render.API_AB_BAR}: not judged (‡)" in text and "from 2 calls" in text
-    for generate, tagged in docs_render.API_AB:  # files without a call id: each a call of its own
+    text = serving.render_api_ab(Sources(tmp_path))
+    assert f"≥ {serving.API_AB_BAR}: not judged (‡)" in text and "from 2 calls" in text
+    for generate, tagged in serving.API_AB:  # files without a call id: each a call of its own
         _write(tmp_path, generate, "generate", 100.0, call_id=None)
         _write(tmp_path, tagged, "completions", 99.0, call_id=None)
-    assert "from 4 calls" in docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    assert "from 4 calls" in serving.render_api_ab(Sources(tmp_path))
 
 
 def test_api_ab_mean_of_alternated_reps(tmp_path):
     """The ratio is mean over mean: one slow /generate rep does not decide the verdict alone."""
-    (g0, c0), (g1, c1) = docs_render.API_AB
+    (g0, c0), (g1, c1) = serving.API_AB
     for rel, api, tok in ((g0, "generate", 100.0), (c0, "completions", 96.0),
                           (g1, "generate", 100.0), (c1, "completions", 100.0)):
         _write(tmp_path, rel, api, tok)
-    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    text = serving.render_api_ab(Sources(tmp_path))
     assert "output tok/s: 0.980;" in text and ": met." in text
 
 
 def test_api_ab_missing_cell_is_not_judged(tmp_path):
-    _write(tmp_path, docs_render.API_AB[0][0], "generate", 100.0)
-    text = docs_render.render_api_ab(docs_render.Sources(tmp_path))
+    _write(tmp_path, serving.API_AB[0][0], "generate", 100.0)
+    text = serving.render_api_ab(Sources(tmp_path))
     assert "not judged" in text and "client.api=generate" not in text.split("`python")[0]

@@ -220,7 +220,7 @@ def test_point_of_drops_the_system_the_rep_and_granikvs_knobs():
 
 
 def test_docs_render_reads_a_points_reps_of_one_call_as_the_tables_do():
-    from harness import docs_render
+    from harness.docs.common import point_reps
 
     def doc(system: str, rep: int, tok: float, call: str | None) -> tuple[str, dict]:
         env = {"call_id": call} if call else {}
@@ -236,7 +236,7 @@ def test_docs_render_reads_a_points_reps_of_one_call_as_the_tables_do():
         doc("paged", 1, 100.0, None),
         doc("granikv", 1, 400.0, None),
     ]
-    pt, mixed = docs_render._point_reps(cells, lp=1)
+    pt, mixed = point_reps(cells, lp=1)
     assert not mixed and [d["metrics"]["output_throughput"] for d in pt["granikv"]] == [200.0]
-    pt, mixed = docs_render._point_reps(cells[2:], lp=1)
+    pt, mixed = point_reps(cells[2:], lp=1)
     assert mixed and len(pt["granikv"]) == 1

@@ -59,11 +59,11 @@ def test_reading_more_levels_once_never_raises_the_floor(levels, requests, own, 
 
 
 def test_decode_step_page_lists_tree_cells_by_depth():
-    from harness import docs_render
+    from harness.docs.engine import tree_floor_rows
 
     rec = {"system": "granikv", "tree": [[1, 4096], [4, 4096], [4, 2048]], "B": 256, "step_ms": 20.0,
            "floor_ms": 16.0, "step_over_floor": 1.25,
            "floor_kv_ms_by_depth": {"paged": 9.0, "root": 5.0, "two_level": 4.0, "any_depth": 3.5}}
-    text = "\n".join(docs_render._tree_floor_rows([rec]))
+    text = "\n".join(tree_floor_rows([rec]))
     assert "| granikv | 1×4096 4×4096 4×2048 | 256 | 9.00 | 5.00 | 4.00 | 3.50 | 16.00 | 20.00 | 1.25 |" in text
-    assert docs_render._tree_floor_rows([]) == []
+    assert tree_floor_rows([]) == []

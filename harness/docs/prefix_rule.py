@@ -3,14 +3,14 @@
 Three views of one rule (granikv/attention/dispatch.py): the served Table 9 points at small B (one
 class per step), the kernel sweep of many classes per launch (harness.microbench.prefix_rule, which
 the H200 threshold is fitted from), and the multiprefix k=64 cells where most classes are COLD.
-Rendered by `python -m harness.docs_render` (its own module to keep that one small).
+Rendered by `python -m harness.docs.render`.
 """
 
 from __future__ import annotations
 
 import yaml
 
-from harness.docs_render import (
+from harness.docs.common import (
     H200,
     HARDWARE,
     HEADER,
@@ -18,18 +18,18 @@ from harness.docs_render import (
     MIXED_MARK,
     MIXED_NOTE,
     Sources,
-    _cite,
-    _decode_ms,
-    _git,
-    _mean,
-    _one_call,
-    _point_reps,
-    _table,
-    _tok,
+    cite,
+    decode_ms,
+    git_short,
+    md_table,
+    mean_of,
+    one_call,
+    point_reps,
+    tok_s,
 )
 
 
-def render(src: Sources) -> str:
+def render_prefix_rule(src: Sources) -> str:
     """The dispatcher's saved-bytes rule at the small-batch Table 9 points."""
     grid = src.cells("table9")
     hw = yaml.safe_load((src.root / HARDWARE).read_text())
@@ -37,7 +37,7 @@ def render(src: Sources) -> str:
     rows, any_mixed = [], False
     for lp, b in ((512, 8), (2048, 8), (512, 32), (8192, 8), (2048, 32), (16384, 8), (8192, 32), (16384, 32),
                   (512, 128)):
-        pt, mixed = _point_reps(grid, lp=lp, batch=b, workload="sharegpt", tp=1, model="llama-3.1-8b")
+        pt, mixed = point_reps(grid, lp=lp, batch=b, workload="sharegpt", tp=1, model="llama-3.1-8b")
         if not all(pt.values()):
             continue
         saved = (b - 1) * lp * KIB_PER_TOKEN_LAYER / 1024
@@ -46,8 +46,8 @@ def render(src: Sources) -> str:
         plain = sum(x["engine"]["paged_steps"] for x in g)
         rows.append((lp, b, f"{saved:.0f}", "pass" if saved >= thr else "plain",
                      f"{pass_steps} / {plain}",
-                     f"{_mean(_decode_ms(x) for x in pt['paged']):.2f}", f"{_mean(_decode_ms(x) for x in g):.2f}",
-                     f"{_mean(_tok(x) for x in g) / _mean(_tok(x) for x in pt['paged']):.3f}"
+                     f"{mean_of(decode_ms(x) for x in pt['paged']):.2f}", f"{mean_of(decode_ms(x) for x in g):.2f}",
+                     f"{mean_of(tok_s(x) for x in g) / mean_of(tok_s(x) for x in pt['paged']):.3f}"
                      + (MIXED_MARK if mixed else ""), len(g)))
         any_mixed |= mixed
     out = [HEADER, "", "The classes of one prefix pass launch take it when Σ (n − 1) · Lp · 4 KiB ≥ "
@@ -55,16 +55,16 @@ def render(src: Sources) -> str:
            "small B, one whole-batch class n = B. Decode ms per step over the measured run "
            "(`engine.decode_time_s` / `decode_steps`, warm-up left out), means over the reps the tables read "
            "(complete, and of one call where there are any):", ""]
-    out += _table(("Lp", "B", "avoided MiB/layer at n = B", "rule", "granikv pass / plain steps (all reps)",
+    out += md_table(("Lp", "B", "avoided MiB/layer at n = B", "rule", "granikv pass / plain steps (all reps)",
                    "paged decode ms/step", "granikv decode ms/step", "granikv / paged tok/s", "reps"), rows)
     if any_mixed:
         out += ["", MIXED_NOTE]
-    out += ["", _cite(f"{H200}/table9/*-b{{8,32,128}}-*.json", HARDWARE)]
+    out += ["", cite(f"{H200}/table9/*-b{{8,32,128}}-*.json", HARDWARE)]
     sweep = f"{H200}/microbench/prefix-rule.json"
     if (src.root / sweep).exists():
         from harness.microbench.prefix_rule_report import render as render_sweep
 
-        out += ["", render_sweep(str(src.root / sweep)).rstrip(), "", _cite(sweep)]
+        out += ["", render_sweep(str(src.root / sweep)).rstrip(), "", cite(sweep)]
     out += render_cold_range(src)
     return "\n".join(out) + "\n"
 
@@ -80,21 +80,22 @@ def render_cold_range(src: Sources) -> list[str]:
     if not all((src.root / rel).exists() for rel in COLD_RANGE.values()):
         return []
     docs = {tag: src.json(rel) for tag, rel in COLD_RANGE.items()}
-    paged = _tok(docs["hint"])
-    mark = "" if _one_call(docs.values()) else MIXED_MARK
+    paged = tok_s(docs["hint"])
+    mark = "" if one_call(docs.values()) else MIXED_MARK
     rows = []
     for tag, label in (("hint", "paged"), ("nohint-rows", "granikv, COLD classes through a row"),
                        ("nohint", "granikv, COLD ranges as slabs (default)")):
         d = docs[tag]
         e = d["engine"]
-        rows.append((label, _git(d), f"{_tok(d):.0f}", f"{_tok(d) / paged:.3f}" + (mark if tag != "hint" else ""),
-                     f"{_decode_ms(d):.1f}",
+        rows.append((label, git_short(d), f"{tok_s(d):.0f}",
+                     f"{tok_s(d) / paged:.3f}" + (mark if tag != "hint" else ""),
+                     f"{decode_ms(d):.1f}",
                      e.get("contiguous_cold", "—"), (e.get("class_decisions") or {}).get("rows", "—")))
     calls = ("one call" if not mark else
              f"cells of different calls, or without a call id: the ratios, marked {MIXED_MARK}, are not "
              "back-to-back ones")
     out = ["", "## COLD classes in one slot range", "", f"Multiprefix k = 64, Lp = 8K, B = 256, no hint ({calls}). "
            "The HOT pool holds 20 of the 64 prefixes; the rest are COLD classes.", ""]
-    out += _table(("cell", "git", "output tok/s", "× paged", "decode ms/step", "COLD classes as slabs",
+    out += md_table(("cell", "git", "output tok/s", "× paged", "decode ms/step", "COLD classes as slabs",
                    "rows class-steps"), rows)
-    return out + ["", _cite(*COLD_RANGE.values())]
+    return out + ["", cite(*COLD_RANGE.values())]
