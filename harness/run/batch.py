@@ -52,6 +52,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from harness.run.config import Cell
 from harness.run.env import new_call_id
 from harness.run.point import call_of, group_lines, line_values, one_call, points, run_cell, run_order, with_overwrite
 from harness.run.proc import ROOT, STOP_GRACE_S
@@ -162,24 +163,25 @@ def _with_measured_reps(cells: list, folders: list[Path]) -> list:
     return out
 
 
-def compose(overrides: list[str]):
+def compose(overrides: list[str]) -> Cell:
+    """A cell line's typed Cell: its overrides composed with conf/ (as `python -m harness.run.cell`
+    would) and parsed once (harness.run.config)."""
     from hydra import compose as hcompose
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hcompose(config_name="config", overrides=overrides)
+        return Cell.from_config(hcompose(config_name="config", overrides=overrides))
 
 
 def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     """Generate each cell's workload file (workloads/) and write an .xz copy into `carry`."""
-    from harness.run.config import workload_config
     from harness.run.workloads.store import ensure_workload
 
     carry.mkdir(parents=True, exist_ok=True)
     done: dict[Path, Path] = {}
     for ov in cells:
-        cfg = compose(ov)
-        path = ensure_workload(workload_config(cfg), Path(cfg.workloads_dir))
+        cell = compose(ov)
+        path = ensure_workload(cell.workload, cell.paths.workloads_dir)
         if path in done:
             continue
         dst = carry / (path.name + ".xz")
@@ -354,9 +356,7 @@ def run(cells: list[list[str]], budget_s: float, reserve_s: float, logs: Path, o
 
 
 def _result_path(ov: list[str]) -> Path:
-    from harness.run.config import result_path
-
-    return ROOT / result_path(compose([o for o in ov if not o.startswith("overwrite=")]))
+    return ROOT / compose([o for o in ov if not o.startswith("overwrite=")]).result_path
 
 
 def remeasured_at_this_commit(paths: list[Path], sha: str | None = None) -> str | None:

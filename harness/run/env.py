@@ -15,9 +15,7 @@ import subprocess
 import uuid
 from typing import Any
 
-from omegaconf import DictConfig
-
-from harness.run.config import CellError
+from harness.run.config import Cell, CellError
 from harness.run.provenance import git_sha
 
 # The call a cell runs in: harness.run.point and harness.run.batch export one id to every cell of a point,
@@ -88,15 +86,14 @@ def busy_gpus(rows: list[dict[str, int]], tp: int, visible: str | None, limit_mi
     return [r for r in rows if r["index"] in use and r["used_mib"] > limit_mib]
 
 
-def check_gpus_idle(cfg: DictConfig) -> list[dict[str, int]] | None:
+def check_gpus_idle(cell: Cell) -> list[dict[str, int]] | None:
     """Read every GPU's memory before the server starts (recorded as env.gpu_memory_at_start)
     and raise CellError when one this cell will use is busy (`server.busy_gpu_mib`; null: no
     check)."""
     rows = gpu_memory()
-    limit = cfg.server.get("busy_gpu_mib")
-    on_gpu = cfg.system.kind != "engine" or cfg.hardware.get("device", "cuda") != "cpu"
-    if rows and limit is not None and on_gpu:  # a CPU cell on a GPU host shares nothing with it
-        busy = busy_gpus(rows, int(cfg.tp), os.environ.get("CUDA_VISIBLE_DEVICES"), int(limit))
+    limit = cell.server.busy_gpu_mib
+    if rows and limit is not None and cell.on_gpu:  # a CPU cell on a GPU host shares nothing with it
+        busy = busy_gpus(rows, cell.identity.tp, os.environ.get("CUDA_VISIBLE_DEVICES"), limit)
         if busy:
             held = ", ".join(f"GPU {r['index']}: {r['used_mib']} of {r['total_mib']} MiB" for r in busy)
             raise CellError(
@@ -119,21 +116,21 @@ def gpu_matches(profile_gpu: str | None, host_gpu: str) -> bool:
     return bool(names) and all(want.search(n) for n in names)
 
 
-def check_gpu_model(cfg: DictConfig) -> None:
+def check_gpu_model(cell: Cell) -> None:
     """Raise CellError when the host's GPU is not the hardware profile's card.
 
     Why: a profile's numbers (m_sat, ceilings, the results/<hardware>/ folder its cells land in)
     belong to one card; an `h200` cell measured on an H100 would sit in the H200 tables as an H200
     number. `hardware.gpu=null` measures anyway (the file still records the card in `env.gpu`)."""
-    want = cfg.hardware.get("gpu")
-    on_gpu = cfg.system.kind != "engine" or cfg.hardware.get("device", "cuda") != "cpu"
-    if not want or not on_gpu or cfg.hardware.get("emulate"):  # an emulated card runs on another one
+    hw = cell.hardware
+    want = hw.gpu
+    if not want or not cell.on_gpu or hw.emulate:  # an emulated card runs on another one
         return
     host, count = gpus()
     if count and not gpu_matches(str(want), host):
         raise CellError(
-            f"this host's GPU is {host}, but hardware={cfg.hardware.get('name')} is the profile of {want} "
-            f"(its m_sat, ceilings and results/{cfg.hardware.get('name')}/ folder are that card's); pass the "
+            f"this host's GPU is {host}, but hardware={hw.name} is the profile of {want} "
+            f"(its m_sat, ceilings and results/{hw.name}/ folder are that card's); pass the "
             f"hardware profile of this card, or hardware.gpu=null to measure here anyway")
 
 

@@ -14,15 +14,16 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
 from proc_testutil import alive as _alive
 
-from harness.run import cell
-from harness.run import config as cell_config
+from harness.run import cell, launch
 from harness.run import env as cell_env
+from harness.run.config import Cell, CellError, Hardware
 from harness.run.results import validate_cell
 from harness.run.sweeps import cell_id
 
@@ -30,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 FAKE = "server.module=tests.harness.fake_engine"
 
 
-def _compose(*overrides: str):
+def _compose(*overrides: str) -> Cell:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return Cell.from_config(compose(config_name="config", overrides=list(overrides)))
 
 
 def _run(*overrides: str) -> subprocess.CompletedProcess:
@@ -123,62 +124,64 @@ def test_cell_id_names_the_grid_point():
 def test_identity_and_path_from_composed_config(tmp_path):
     cfg = _compose("system=cascade", "model=qwen2.5-14b", "tp=2", "workload=multiprefix", "batch=128",
                    "sweep=table20", f"results_dir={tmp_path}")
-    assert cell_config.identity(cfg)["lp"] == 8192 and cell_config.identity(cfg)["k"] == 4  # the kind's defaults
+    assert cfg.identity.lp == 8192 and cfg.identity.k == 4  # the kind's defaults
     name = "cascade-qwen2.5-14b-tp2-multiprefix-lp8192-b128-k4-r0.json"
-    assert cell_config.result_path(cfg) == tmp_path / "h200" / "table20" / name
+    assert cfg.result_path == tmp_path / "h200" / "table20" / name
 
 
 def test_top_level_keys_win_over_the_workload_group():
     cfg = _compose("workload=multiprefix", "lp=1024", "workload.k=16", "num_prompts=40", "model=tiny")
-    w = cell_config.workload_config(cfg)
+    w = cfg.workload
     assert (w.kind, w.lp, w.k, w.num_requests, w.vocab_size) == ("multiprefix", 1024, 16, 40, 1024)
-    hetero = cell_config.workload_config(_compose("workload=hetero", "workload.k=8"))
+    hetero = _compose("workload=hetero", "workload.k=8").workload
     assert hetero.lps == (1024, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 
 
 def test_hardware_m_sat_forms():
-    assert cell_config.hardware_m_sat(None, 4) is None
-    assert cell_config.hardware_m_sat(1024, 4) == 1024
-    assert cell_config.hardware_m_sat({4: 900, 5: 1100}, 5) == 1100
-    assert cell_config.hardware_m_sat({"g4": 768}, 4) == 768
-    assert cell_config.hardware_m_sat({"by_group_size": {"4": 640}, "sweep": {"B": [1, 2]}}, 4) == 640
-    assert cell_config.hardware_m_sat({"value": 512, "note": "x"}, 7) == 512
+    assert launch.hardware_m_sat(None, 4) is None
+    assert launch.hardware_m_sat(1024, 4) == 1024
+    assert launch.hardware_m_sat({4: 900, 5: 1100}, 5) == 1100
+    assert launch.hardware_m_sat({"g4": 768}, 4) == 768
+    assert launch.hardware_m_sat({"by_group_size": {"4": 640}, "sweep": {"B": [1, 2]}}, 4) == 640
+    assert launch.hardware_m_sat({"value": 512, "note": "x"}, 7) == 512
 
 
 def test_m_sat_resolution_order():
-    assert cell_config.effective_m_sat(_compose("hardware=a100-40gb")) == 1024
-    assert cell_config.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 16
-    assert cell_config.effective_m_sat(_compose("hardware=cpu", "m_sat=2147483648")) == 2**31
+    assert launch.effective_m_sat(_compose("hardware=a100-40gb")) == 1024
+    assert launch.effective_m_sat(_compose("hardware=cpu", "model=tiny")) == 16
+    assert launch.effective_m_sat(_compose("hardware=cpu", "m_sat=2147483648")) == 2**31
 
 
 def test_a100_emulation_kv_budget():
     hw = {"name": "a100-40gb", "kv_budget_gb": None, "emulate": {"hbm_gib": 40, "static_fraction": 0.827}}
-    assert cell_config.kv_budget_gb(hw, "llama-3.1-8b", 1) == pytest.approx(19.46, abs=0.01)
-    assert cell_config.kv_budget_gb(hw, "qwen2.5-32b", 2) == pytest.approx(2.76, abs=0.01)
-    assert cell_config.kv_budget_gb({**hw, "kv_budget_gb": 7.5}, "llama-3.1-8b", 1) == 7.5
-    assert cell_config.kv_budget_gb({"name": "h200", "kv_budget_gb": None, "emulate": None}, "llama-3.1-8b", 1) is None
-    with pytest.raises(cell_config.CellError, match="does not fit"):
-        cell_config.kv_budget_gb(hw, "qwen2.5-32b", 1)
+    a100 = Hardware.from_mapping(hw)
+    assert launch.kv_budget_gb(a100, "llama-3.1-8b", 1) == pytest.approx(19.46, abs=0.01)
+    assert launch.kv_budget_gb(a100, "qwen2.5-32b", 2) == pytest.approx(2.76, abs=0.01)
+    assert launch.kv_budget_gb(Hardware.from_mapping({**hw, "kv_budget_gb": 7.5}), "llama-3.1-8b", 1) == 7.5
+    h200 = Hardware.from_mapping({"name": "h200", "kv_budget_gb": None, "emulate": None})
+    assert launch.kv_budget_gb(h200, "llama-3.1-8b", 1) is None
+    with pytest.raises(CellError, match="does not fit"):
+        launch.kv_budget_gb(a100, "qwen2.5-32b", 1)
 
 
 def test_engine_args_are_validated():
     cfg = _compose("model=tiny", "hardware=cpu", "+server.extra.not_a_field=1")
-    with pytest.raises(cell_config.CellError, match="not EngineConfig fields"):
-        cell_config.engine_args(cfg, 256)
+    with pytest.raises(CellError, match="not EngineConfig fields"):
+        launch.engine_args(cfg, 256)
     cfg = _compose("model=tiny", "hardware=cpu", "hot_fraction=1.5")
-    with pytest.raises(cell_config.CellError, match="hot_fraction"):
-        cell_config.engine_args(cfg, 256)
+    with pytest.raises(CellError, match="hot_fraction"):
+        launch.engine_args(cfg, 256)
 
 
 def test_granikv_gets_the_hardware_dispatch_threshold_and_the_others_do_not():
-    h200 = cell_config.engine_args(_compose("system=granikv", "hardware=h200"), 1024)
+    h200 = launch.engine_args(_compose("system=granikv", "hardware=h200"), 1024)
     assert h200["prefix_pass_min_saved_mib"] == 192
-    assert cell_config.engine_args(_compose("system=granikv", "hardware=cpu", "model=tiny"), 256)[
+    assert launch.engine_args(_compose("system=granikv", "hardware=cpu", "model=tiny"), 256)[
         "prefix_pass_min_saved_mib"] == 0
-    a100 = cell_config.engine_args(_compose("system=granikv", "hardware=a100-40gb"), 1024)
+    a100 = launch.engine_args(_compose("system=granikv", "hardware=a100-40gb"), 1024)
     assert a100["prefix_pass_min_saved_mib"] is None
     for system in ("paged", "cascade"):
-        args = cell_config.engine_args(_compose(f"system={system}", "hardware=h200"), 1024)
+        args = launch.engine_args(_compose(f"system={system}", "hardware=h200"), 1024)
         assert "prefix_pass_min_saved_mib" not in args
 
 
@@ -211,15 +214,13 @@ def test_a_cell_refuses_a_busy_gpu_before_starting_its_server(tmp_path, monkeypa
                    "output_len=2", "workload.suffix_len=4", f"results_dir={tmp_path / 'res'}",
                    f"workloads_dir={tmp_path / 'wl'}")
     assert cell_env.check_gpus_idle(cfg) == busy  # a CPU cell on a GPU host: recorded, not refused
-    cfg.hardware.device = "cuda"
-    with pytest.raises(cell_config.CellError, match=r"GPU 0: 120000 of 143771 MiB.*busy_gpu_mib=null"):
+    cfg = replace(cfg, hardware=replace(cfg.hardware, device="cuda"))
+    with pytest.raises(CellError, match=r"GPU 0: 120000 of 143771 MiB.*busy_gpu_mib=null"):
         cell.run_cell(cfg, tmp_path / "run")
     assert launched == []
     # the knob turns the check off; the reading is still what the result records
-    cfg.server.busy_gpu_mib = None
-    assert cell_env.check_gpus_idle(cfg) == busy
+    assert cell_env.check_gpus_idle(replace(cfg, server=replace(cfg.server, busy_gpu_mib=None))) == busy
     monkeypatch.setattr(cell_env, "gpu_memory", lambda: None)  # no nvidia-smi (a CPU host): no check
-    cfg.server.busy_gpu_mib = 2048
     assert cell_env.check_gpus_idle(cfg) is None
 
 
@@ -234,7 +235,7 @@ def test_a_cell_stopped_during_its_run_writes_no_result(tmp_path):
     stopped.set()
     with pytest.raises(SystemExit):
         cell.run_cell(cfg, tmp_path / "run", stopped=stopped)
-    assert not cell_config.result_path(cfg).exists()
+    assert not cfg.result_path.exists()
     assert (tmp_path / "run" / "client.json").exists()  # the run itself happened
     handler = cell._terminator(ev := threading.Event())
     with pytest.raises(SystemExit):
@@ -340,11 +341,10 @@ def test_a_cell_refuses_another_card_than_its_hardware_profile(tmp_path, monkeyp
     cfg = _compose("model=tiny", "hardware=h200", "workload=burst", "lp=16", "batch=1", "num_prompts=1",
                    "output_len=2", "workload.suffix_len=4", f"results_dir={tmp_path / 'res'}",
                    f"workloads_dir={tmp_path / 'wl'}")
-    with pytest.raises(cell_config.CellError, match=r"GPU is NVIDIA H100 80GB HBM3.*hardware\.gpu=null"):
+    with pytest.raises(CellError, match=r"GPU is NVIDIA H100 80GB HBM3.*hardware\.gpu=null"):
         cell.run_cell(cfg, tmp_path / "run")
     assert launched == [] and not (tmp_path / "wl").exists()
-    cfg.hardware.gpu = None
-    cell_env.check_gpu_model(cfg)
+    cell_env.check_gpu_model(replace(cfg, hardware=replace(cfg.hardware, gpu=None)))
     a100 = _compose("model=tiny", "hardware=a100-40gb", "workload=burst", "lp=16", "batch=1")
     cell_env.check_gpu_model(a100)
     monkeypatch.setattr(cell_env, "gpus", lambda: ("NVIDIA H200", 1))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from harness.run import cell
+from harness.run.config import Cell
 from harness.run.workloads import cli as workloads_cli
 from harness.run.workloads.build import build, generate, write
 from harness.run.workloads.config import WorkloadConfig
@@ -155,18 +155,18 @@ def test_invalid_configs():
                                             suffix_len=4, vocab_size=8))
 
 
-def _compose(*overrides: str):
+def _compose(*overrides: str) -> Cell:
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return Cell.from_config(compose(config_name="config", overrides=list(overrides)))
 
 
 def test_cell_overrides_reach_the_generator():
     cfg = _compose("workload=agents", "k=8", "lp=8192", "workload.la=2048", "batch=256")
-    w = cell.workload_config(cfg)
+    w = cfg.workload
     assert (w.kind, w.k, w.lp, w.la, w.num_requests, w.vocab_size) == ("agents", 8, 8192, 2048, 500, 128256)
-    assert cell.result_path(cfg).name == "granikv-llama-3.1-8b-tp1-agents-lp8192-b256-k8-r0.json"
-    w = cell.workload_config(_compose("workload=agents", "k=4", "lp=128", "workload.la=32", "model=tiny"))
+    assert cfg.result_path.name == "granikv-llama-3.1-8b-tp1-agents-lp8192-b256-k8-r0.json"
+    w = _compose("workload=agents", "k=4", "lp=128", "workload.la=32", "model=tiny").workload
     assert (w.k, w.lp, w.la, w.vocab_size) == (4, 128, 32, 1024)
     # The hint A/B: the no-hint cell differs by its tag, so both land side by side.
     off = _compose("workload=agents", "client.send_prefix_hint=false", "tag=nohint")
-    assert cell.result_path(off).name == "granikv-llama-3.1-8b-tp1-agents-lp8192-b256-k8-r0-tagnohint.json"
+    assert off.result_path.name == "granikv-llama-3.1-8b-tp1-agents-lp8192-b256-k8-r0-tagnohint.json"
