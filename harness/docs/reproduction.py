@@ -47,5 +47,5 @@ def render_reproduction(src: Sources) -> str:
         out += [f"Table {number} ([`tables/h200/table{number}.md`](../../tables/h200/table{number}.md)):", ""]
         out += md_table((*[c.label for c in t.key_columns], *[t.value_columns[i].label for i in idx]), rows)
         out.append("")
-    out.append(cite(f"{H200}/") + " The paper's numbers: `harness/data/paper_tables.yaml`.")
+    out.append(cite(f"{H200}/") + " The paper's numbers: `harness/data/paper_tables/`.")
     return "\n".join(out) + "\n"
