@@ -16,7 +16,7 @@ from harness.report.tables.specs import TABLE_NUMBERS
 from harness.run import sweeps
 from harness.run.results import load_results
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROFILES = ("cpu-smoke", "h200", "paper", "a100-40gb")
 
 

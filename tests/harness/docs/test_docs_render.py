@@ -13,7 +13,7 @@ import pytest
 
 from harness.docs import common, render
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GENERATED = ROOT / "docs" / "generated"
 RERENDER = "re-render: python -m harness.docs.render --root . --out docs/generated"
 

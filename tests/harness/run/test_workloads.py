@@ -19,7 +19,7 @@ from harness.run.workloads.requests import WorkloadRequest, read, read_workload
 from harness.run.workloads.streams import unit_arrivals
 from harness.run.workloads.tokenizer import Cl100kTokenizer, load_tokenizer
 
-CONF = Path(__file__).resolve().parents[2] / "conf" / "workload"
+CONF = Path(__file__).resolve().parents[3] / "conf" / "workload"
 
 
 @pytest.fixture(scope="module")

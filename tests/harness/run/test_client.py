@@ -9,14 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from fake_server import DISCONNECT, HANG, HTTP_500, NO_DONE, FakeServer, FakeTimings  # noqa: E402
 
 from harness.run.client import cli as client_cli

@@ -1,4 +1,4 @@
-"""Tables 3-24 and the plots, built from the FAKE fixture result set (tests/harness/fixtures).
+"""Tables 3-24, built from the FAKE fixture result set (tests/harness/fixtures).
 
 The fixture numbers are round values written by fixtures/make_fixtures.py; the expected values
 below are computed from those inputs, so these tests check the mapping from result cells to the
@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
-import math
 import re
 from pathlib import Path
 
 import pytest
 
-from harness.report import plots
-from harness.report.paper import load_paper_tables, paper_table
+from harness.report.paper import paper_table
 from harness.report.tables import compare as table_compare
 from harness.report.tables import extract as table_extract
 from harness.report.tables import queries as table_queries
@@ -25,15 +22,10 @@ from harness.report.tables import render as table_render
 from harness.report.tables import specs as table_specs
 from harness.report.tables import write as tables
 from harness.run.results import (
-    ResultFileError,
-    load_cells,
-    load_microbench,
     load_results,
-    validate_cell,
-    variant_of,
 )
 
-FIXTURE = Path(__file__).parent / "fixtures" / "results" / "fixture-hw"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "results" / "fixture-hw"
 
 
 @pytest.fixture(scope="module")
@@ -46,43 +38,6 @@ def _row(t: table_compare.ComparedTable, *keys):
         if r.keys == tuple(keys):
             return {c.name: cell for c, cell in zip(t.value_columns, r.cells)}
     raise AssertionError(f"no row {keys} in table {t.number}")
-
-
-# --------------------------------------------------------------------------- paper data
-
-
-def test_paper_data_holds_every_table():
-    data = load_paper_tables()
-    for n in range(1, 25):
-        t = data[f"table{n}"]
-        assert t.rows and t.columns and t.caption
-        assert t.number == n
-    assert len(paper_table(3).rows) == 9
-    assert paper_table(3).find_rows(config="Llama-3.1-8B / TP=1", Lp=16384)[0]["x_SGL"] == 2.16
-
-
-def test_paper_data_is_one_file_per_group_of_tables_and_a_key_lives_in_one(tmp_path):
-    from harness.report.paper import PAPER_TABLES_PATH
-
-    files = sorted(PAPER_TABLES_PATH.glob("*.yaml"))
-    assert len(files) > 1 and all(len(f.read_text().splitlines()) <= 600 for f in files)
-    one = tmp_path / "one.yaml"
-    one.write_text("".join(f.read_text() for f in files))  # the same tables as one file: the shared form
-    assert load_paper_tables(one) == load_paper_tables()
-    (tmp_path / "split").mkdir()
-    for name in ("a.yaml", "b.yaml"):
-        (tmp_path / "split" / name).write_text(files[0].read_text())
-    with pytest.raises(ValueError, match="defined in another file"):
-        load_paper_tables(tmp_path / "split")
-
-
-def test_bundled_copy_matches_the_shared_extraction_when_present():
-    shared = Path(__file__).resolve().parents[3] / "shared" / "paper" / "tables.yaml"
-    if not shared.exists():
-        pytest.skip("../shared/paper/tables.yaml is not next to this checkout")
-    from harness.report.paper import PAPER_TABLES_PATH
-
-    assert load_paper_tables(shared) == load_paper_tables(PAPER_TABLES_PATH)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -443,95 +398,6 @@ def test_cli_writes_every_table_and_an_index(tmp_path):
     assert tables.main(["--results", str(tmp_path / "absent"), "--out", str(tmp_path / "x")]) == 2
 
 
-# --------------------------------------------------------------------------- result files
-
-
-def _good_doc():
-    return json.loads(next((FIXTURE / "table3").glob("*.json")).read_text())
-
-
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d.pop("engine"), "missing section 'engine'"),
-    (lambda d: d["config"].pop("lp"), "config lacks required key(s) ['lp']"),
-    (lambda d: d["metrics"].update(output_throughput="fast"), "metrics.output_throughput must be a number"),
-    (lambda d: d.update(profile=[1, 2]), "'profile' must be an object"),
-])
-def test_validation_names_file_and_key(tmp_path, mutate, message):
-    doc = _good_doc()
-    mutate(doc)
-    path = tmp_path / "hw" / "table3" / "bad.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(doc))
-    with pytest.raises(ResultFileError) as e:
-        load_cells(tmp_path / "hw")
-    assert message in str(e.value) and "bad.json" in str(e.value)
-
-
-@pytest.mark.parametrize("system, m_sat, variant", [
-    ("granikv", None, "granikv"), ("granikv", 1024, "granikv"), ("granikv", 2**30, "granikv_cascade"),
-    ("granikv", "inf", "granikv_cascade"), ("granikv", float("inf"), "granikv_cascade"),
-    ("cascade", 2**31, "cascade"), ("sglang", None, "sglang"),
-])
-def test_variant_tells_forced_cascade_granikv_apart(system, m_sat, variant):
-    assert variant_of({"system": system, "m_sat": m_sat}) == variant
-
-
-def test_loader_flattens_and_handles_absent_things(tmp_path):
-    validate_cell(_good_doc())
-    cells = load_cells(FIXTURE, sweeps=["table13"])
-    assert {"config.system", "metrics.output_throughput", "engine.decode_steps", "env.gpu",
-            "profile.prefix_attention_ms", "variant", "sweep"} <= set(cells.columns)
-    assert set(cells["variant"]) == {"paged", "cascade", "granikv", "granikv_cascade"}
-    assert load_microbench(FIXTURE, "absent") is None
-    (tmp_path / "hw").mkdir()
-    assert len(load_cells(tmp_path / "hw")) == 0
-    (tmp_path / "hw" / "s").mkdir()
-    (tmp_path / "hw" / "s" / "x.json").write_text("{not json")
-    with pytest.raises(ResultFileError, match="not valid JSON"):
-        load_cells(tmp_path / "hw")
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def _is_png(path: Path) -> bool:
-    return path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-def test_every_plot_renders_a_png(results, tmp_path):
-    ceilings = plots.Ceilings(peak_tflops=989.0, hbm_tbps=4.8, source="test")
-    out = plots.write_plots(results, tmp_path, ceilings)
-    assert set(out) == {"roofline", "lp_ladder", "k_sweep", "fp_sweep", "dispatch_heatmap"}
-    for r in out.values():
-        assert r.has_data and _is_png(r.path)
-
-
-def test_dispatch_share_takes_each_point_from_the_first_sweep_that_ran_it(results):
-    share = plots.dispatch_share(results)
-    assert share.loc[8192, 256] == pytest.approx(0.99)  # table15 wins over table6's 0.9
-    assert share.loc[8192, 8] == 0.0
-    assert share.loc[2048, 256] == pytest.approx(0.5)  # only table6 ran it
-    assert math.isnan(share.loc[2048, 8])
-
-
-def test_plots_without_data_say_so_and_do_not_crash(tmp_path, capsys):
-    (tmp_path / "empty-hw").mkdir()
-    assert plots.main(["--results", str(tmp_path / "empty-hw"), "--out", str(tmp_path / "p")]) == 0
-    pngs = sorted((tmp_path / "p").glob("*.png"))
-    assert len(pngs) == 5 and all(_is_png(p) for p in pngs)
-    assert capsys.readouterr().out.count("(no data)") == 5
-
-
-def test_roofline_ceilings_from_hardware_conf(tmp_path):
-    (tmp_path / "h200.yaml").write_text("peak_bf16_tflops: 779\nhbm_read_tbps: 4.25\n")
-    c = plots.load_ceilings("h200", tmp_path, peak_tflops=1.0, hbm_tbps=1.0)
-    assert (c.peak_tflops, c.hbm_tbps) == (779.0, 4.25)
-    c = plots.load_ceilings("a100", tmp_path, peak_tflops=312.0, hbm_tbps=None)
-    assert c.peak_tflops == 312.0 and c.hbm_tbps is None and c.source == "arguments"
-    assert math.isclose(plots.load_ceilings("none", tmp_path).peak_tflops or 0.0, 0.0)
-    (tmp_path / "cpu.yaml").write_text("peak_bf16_tflops: null\nhbm_read_tbps: null\n")  # null = absent
-    assert plots.load_ceilings("cpu", tmp_path, peak_tflops=5.0).peak_tflops == 5.0
-
 
 def test_paged_alpha_is_its_attention_time_times_the_prefix_share_of_the_context():
     """A paged profile has no prefix kernel (prefix_attention_ms = 0): α is derived from its one
@@ -545,111 +411,3 @@ def test_paged_alpha_is_its_attention_time_times_the_prefix_share_of_the_context
     assert table_extract._paged_prefix_share(prof, 100.0, 1000) == pytest.approx(0.4)
     assert table_extract._paged_prefix_share(prof, 100.0, 10**6) == pytest.approx(0.8)  # capped at all of it
     assert table_extract._paged_prefix_share(prof.iloc[0:0], 100.0, 1000) is None
-
-
-def test_readme_headline_block_is_rendered_from_committed_results():
-    """The README's headline table is what `harness.report.tables --readme` renders from results/h200 now
-    (re-render after committing results: `python -m harness.report.tables --results results/h200
-    --out tables/h200 --readme README.md`)."""
-    from harness.report.tables.compare import build_table
-    from harness.report.tables.render import STALE_MARK, render_headline
-    from harness.report.tables.write import README_BEGIN, README_END, headline_block, stale_cell_paths
-    from harness.run.results import load_results
-
-    root = Path(__file__).resolve().parents[2]
-    text = (root / "README.md").read_text(encoding="utf-8")
-    block = text[text.index(README_BEGIN) + len(README_BEGIN) + 1:text.index(README_END)]
-    results = load_results(root / "results" / "h200")
-    if stale_cell_paths(results) is not None:
-        assert block == headline_block(results)
-    else:  # a shallow clone: git cannot say which rows are stale, so compare without the § marks
-        kept: list[str] = []
-        for line in block.split("\n"):
-            if line.startswith(STALE_MARK):  # the § legend, and the blank line before it
-                if kept and kept[-1] == "":
-                    kept.pop()
-                continue
-            kept.append(line.replace(STALE_MARK, ""))
-        assert "\n".join(kept) == render_headline(build_table(3, results))
-
-
-def test_update_readme_replaces_only_the_marked_block(tmp_path):
-    from harness.report.tables.write import README_BEGIN, README_END, update_readme
-
-    f = tmp_path / "README.md"
-    f.write_text(f"intro\n{README_BEGIN}\nold\n{README_END}\noutro\n")
-    assert update_readme(f, "| a |\n")
-    assert f.read_text() == f"intro\n{README_BEGIN}\n| a |\n{README_END}\noutro\n"
-    assert not update_readme(f, "| a |\n")
-    g = tmp_path / "plain.md"
-    g.write_text("no markers\n")
-    with pytest.raises(ValueError, match="markers"):
-        update_readme(g, "x")
-    assert g.read_text() == "no markers\n"
-
-
-def test_tagged_ab_cells_are_not_table_inputs(tmp_path):
-    """A cell run with tag= (an A/B of a server setting) beside a sweep's cells must not become
-    another repetition of the point: load_results leaves it to harness.report.repetitions."""
-    import shutil
-
-    root = tmp_path / "fixture-hw"
-    shutil.copytree(FIXTURE, root)
-    src = root / "table9" / "granikv-llama-3.1-8b-tp1-lp16384-b256-k1-r0.json"
-    doc = json.loads(src.read_text())
-    doc["config"]["tag"] = "long-keys"
-    doc["metrics"]["output_throughput"] = 1.0
-    (src.parent / (src.stem + "-taglong-keys.json")).write_text(json.dumps(doc))
-    before, after = load_results(FIXTURE), load_results(root)
-    assert len(after.cells) == len(before.cells)
-    csv_of = lambda res: table_render.render_csv(table_compare.build_table(3, res))  # noqa: E731
-    assert csv_of(after) == csv_of(before)
-
-
-@pytest.mark.parametrize("number, sweep, extra", [(20, "table20", {"config.lp": 8192}), (21, "table21", {})])
-def test_k_tables_average_complete_reps_only(number, sweep, extra):
-    """Table 20/21 ratios come from one run: a rep missing its cascade cell (a device call ran
-    out of time) is left out of every system's mean, as in the grid tables."""
-    import pandas as pd
-
-    from harness.run.results import ResultSet
-
-    k = 64 if number == 20 else 4
-    rows = [("paged", 0, 100.0), ("cascade", 0, 100.0), ("granikv", 0, 200.0),
-            ("paged", 1, 100.0), ("cascade", 1, 100.0), ("granikv", 1, 220.0),
-            ("paged", 2, 90.0), ("granikv", 2, 100.0)]  # rep 2: no cascade cell
-    res = ResultSet(hardware="x", cells=pd.DataFrame([
-        {"sweep": sweep, "variant": s, "config.system": s, "config.model": "llama-3.1-8b", "config.tp": 1,
-         "config.batch": 256, "config.k": k, "config.rep": r, table_queries.TOK: x, "path": f"{s}{r}", **extra}
-        for s, r, x in rows]))
-    t = table_compare.build_table(number, res)
-    if number == 20:
-        by_key = {row.keys: row.cells for row in t.rows}
-        assert by_key[("throughput", "SGLang default", 64)][0].ours == pytest.approx(100.0)
-        assert by_key[("throughput", "GraniKV", 64)][0].ours == pytest.approx(210.0)
-        assert by_key[("ratio", "GraniKV / SGL", 64)][1].ours == pytest.approx(2.1)
-    else:
-        gkv = next(row for row in t.rows if row.keys[-1] == "GraniKV" and 4 in row.keys)
-        cols = [c.name for c in t.value_columns]
-        assert gkv.cells[cols.index("tok_s")].ours == pytest.approx(210.0)
-        assert gkv.cells[cols.index("x_default")].ours == pytest.approx(2.1)
-
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def committed_h200():
-    return load_results(ROOT / "results" / "h200")
-
-
-@pytest.mark.parametrize("number", table_specs.TABLE_NUMBERS)
-def test_committed_tables_are_what_the_committed_results_render(committed_h200, number):
-    """tables/h200/table<n>.csv is exactly what the renderer makes of results/h200 now: every
-    committed number is reproducible from the committed result files (re-render after a change:
-    `python -m harness.report.tables --results results/h200 --out tables/h200 --readme README.md`)."""
-    committed = ROOT / "tables" / "h200" / f"table{number}.csv"
-    if not committed.exists():
-        pytest.skip(f"{committed} is not committed")
-    rendered = table_render.render_csv(table_compare.build_table(number, committed_h200))
-    assert rendered == committed.read_text(encoding="utf-8")

@@ -14,7 +14,7 @@ import pytest
 
 from harness.run import env as cell_env
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cell(tmp_path: Path, *overrides: str) -> dict:

@@ -21,7 +21,7 @@ from harness.run.workloads.naming import workload_filename
 from harness.run.workloads.requests import read_workload
 from harness.run.workloads.tokenizer import Cl100kTokenizer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

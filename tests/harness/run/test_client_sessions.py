@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from fake_server import HTTP_500, FakeServer, FakeTimings  # noqa: E402
 
 from harness.run.client.benchmark import ClientConfig, run_benchmark

@@ -13,7 +13,7 @@ import yaml
 
 from granikv.config import PREFIX_PASS_MIN_SAVED_MIB
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_h200_threshold_is_the_committed_sweep_fit():

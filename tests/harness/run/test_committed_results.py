@@ -11,7 +11,7 @@ import pytest
 
 from harness.run.results import load_results
 
-RESULTS = Path(__file__).resolve().parents[2] / "results"
+RESULTS = Path(__file__).resolve().parents[3] / "results"
 
 
 @pytest.mark.parametrize("folder", sorted(p.name for p in RESULTS.iterdir() if p.is_dir()) if RESULTS.is_dir() else [])

@@ -9,9 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 from fake_server import DISCONNECT, HTTP_500, NO_DONE, FakeServer, FakeTimings  # noqa: E402
 
 from harness.run.client import cli as client_cli
@@ -143,7 +140,7 @@ def test_cli_takes_the_api(server, tmp_path):
 def test_the_bundled_servers_two_apis_read_alike():
     """granikv.server (tiny engine, CPU): /generate and /v1/completions streams give every request
     its max_tokens tokens and one arrival per token."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
     from aiohttp import web
     from engine_testutil import tiny_config
 

@@ -19,7 +19,7 @@ import pytest
 from harness.report import gate
 from harness.run import sweeps
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENV = {"gpu": "FIXTURE (fake numbers)", "git_sha": "0000000"}
 H200_GATE = sweeps.sweep_cells(sweeps.load_sweep("gate"), sweeps.load_profile("h200"))
 

@@ -13,7 +13,7 @@ import pytest
 
 from harness.report import hint_free
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results" / "h200"
 TABLE = ROOT / "tables" / "h200" / "hint-free.md"
 

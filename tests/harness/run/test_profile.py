@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
 from engine_testutil import tiny_config  # noqa: E402
 
 from granikv.engine.engine import Engine  # noqa: E402
@@ -342,7 +342,7 @@ def test_cell_with_profile_true_records_a_failed_capture_and_still_writes_the_re
 
     from harness.run.results import validate_cell
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     overrides = ["system=granikv", "model=tiny", "hardware=cpu", "workload=burst", "lp=32", "batch=4",
                  "num_prompts=6", "output_len=5", "workload.suffix_len=8", "sweep=table13", "profile=true",
                  f"results_dir={tmp_path}/results", f"workloads_dir={tmp_path}/workloads",

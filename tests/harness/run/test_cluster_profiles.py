@@ -21,7 +21,7 @@ from harness.run import sweeps
 
 yte = pytest.importorskip("yte")  # Snakemake's profile templating, installed with snakemake (the harness extra)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CLUSTER = ("slurm", "kubernetes")
 SITE_VARS = ("GRANIKV_SLURM_PARTITION", "GRANIKV_SLURM_CPU_PARTITION", "GRANIKV_SLURM_ACCOUNT",
              "GRANIKV_SLURM_GPU_MODEL", "GRANIKV_SLURM_JOBS", "GRANIKV_K8S_IMAGE", "GRANIKV_K8S_NAMESPACE",

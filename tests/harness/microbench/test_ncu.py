@@ -11,7 +11,7 @@ import pytest
 
 from harness.microbench import ncu
 
-FIX = Path(__file__).parent / "fixtures"
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def test_command_profiles_named_kernels_at_boost_clocks(tmp_path):

@@ -18,7 +18,7 @@ from harness.run import batch, point, sweeps
 from harness.run import env as cell_env
 from harness.run.results import validate_cell
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAKE = "server.module=tests.harness.fake_engine"
 
 

@@ -27,7 +27,7 @@ from harness.run.config import Cell, CellError, Hardware
 from harness.run.results import validate_cell
 from harness.run.sweeps import cell_id
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FAKE = "server.module=tests.harness.fake_engine"
 
 

@@ -54,7 +54,7 @@ def test_nothing_measured_says_how(tmp_path):
 
 
 def test_the_committed_page_is_current():
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     committed = root / "tables" / "h200" / "tree.md"
     results = Path("results/h200")  # the render names the folder as given on the command line
     cells = (tree_table.load_cells(root / results, sweeps=["tree"]) if (root / results / "tree").is_dir()

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from harness.run.config import Cell, CellError, Identity
 from harness.run.sweeps import cell_id
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cfg(*overrides: str):

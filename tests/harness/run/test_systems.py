@@ -14,7 +14,7 @@ from proc_testutil import wait_dead as _wait_dead
 
 from harness.run import systems
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _spec(tmp_path: Path, *flags: str, timeout: float = 60.0, grace: float = 5.0) -> systems.LaunchSpec:
