@@ -216,7 +216,7 @@ rule tables:
 
 
 rule tree_page:
-    """Sharing at any depth (the tree sweep's points) against issue #39's bars."""
+    """Sharing at any depth (the tree sweep's points) against the any-depth sharing bars."""
     input:
         ALL_INPUTS,
     output:

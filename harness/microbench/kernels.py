@@ -1,5 +1,5 @@
 """Attention-kernel microbenchmark: correctness at full size, tuning, Table 5 analog, the
-B x Lp sweep, the M_sat fit, and the bars of the kernels issue, in one run.
+B x Lp sweep, the M_sat fit, and the kernel bars (what the kernels must reach), in one run.
 
     python -m harness.microbench.kernels --out $OUT/kernels.json --hardware-yaml conf/hardware/h200.yaml
     TRITON_INTERPRET=1 python -m harness.microbench.kernels --smoke   # tiny shapes, CPU interpreter: the script runs
@@ -285,7 +285,7 @@ def sweep(bn: Bench, best: dict) -> None:
 
 
 def bars(recs: list[dict], p: KernelBenchPlan, sdpa: dict, ceil: dict) -> dict:
-    """The kernels issue's bars from a run's records (`sdpa`: best K/V GB/s per SDPA backend)."""
+    """The kernel bars from a run's records (`sdpa`: best K/V GB/s per SDPA backend)."""
 
     def find(op, layout, b, length, g=4, **kw):
         xs = [

@@ -1,6 +1,6 @@
 """Throughput regression gate: compare a result set against a committed baseline.
 
-Two modes (DESIGN §7):
+Two modes (docs/design.md, "Result files"):
 
 - `ratio` (default): per cell, GraniKV's output throughput over paged's, so machine drift
   (clocks, neighbours, driver) cancels out. This is the mode to gate CI on. The ratio is taken

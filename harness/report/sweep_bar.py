@@ -1,4 +1,4 @@
-"""Issue #29's sweep bar: GraniKV without the prefix hint at least matches cascade at every k = 1
+"""The hint-free sweep bar: GraniKV without the prefix hint at least matches cascade at every k = 1
 ShareGPT point of Table 9 at Lp ≥ 2K.
 
 Why a section of its own beside the A/B rows of `harness.report.hint_free`: the bar spans a whole sweep,

@@ -5,7 +5,7 @@ paged, cascade, granikv reading every shared level once (`share_depth` 5) and gr
 two levels (`share_depth` 2, the head and one extension level), measured back to back in one
 call. A ratio is taken over the repetitions whose four cells carry one `env.call_id`; where none
 does, over the complete repetitions, marked ‡ (run-to-run spread enters it), as the paper tables
-do (harness.report.tables.render). Each ratio is set against issue #39's bar for its workload.
+do (harness.report.tables.render). Each ratio is set against the any-depth sharing bar for its workload.
 
     python -m harness.report.tree_table --results results/h200 --out tables/h200/tree.md
 """
@@ -27,7 +27,7 @@ MIXED = "‡"
 # (label, system, share_depth): the columns of a point; share_depth None matches an unset knob
 VARIANTS = (("paged", "paged", None), ("cascade", "cascade", None), ("granikv", "granikv", 5),
             ("two-level", "granikv", 2))
-# issue #39's bars: (workload, numerator, denominator, at least)
+# the any-depth sharing bars: (workload, numerator, denominator, at least)
 BARS = (("tree", "granikv", "cascade", 2.2), ("tree", "granikv", "two-level", 1.35),
         ("debate", "granikv", "cascade", 1.4))
 COMMAND = "python -m harness.run.batch lines tree --missing results/h200 > cells.txt  # then harness.run.batch run"
@@ -103,7 +103,7 @@ def render(rows: Sequence[PointRow], results_label: str) -> str:
                 got = t[num] / t[den]
                 state = ("not judged (calls mixed)" if not r.one_call else "met" if got >= bar else "not met")
                 verdicts.append(f"- {workload}: {num} / {den} = {got:.2f}, bar ≥ {bar}: {state}.")
-    return "\n".join(head + lines + ["", "Issue #39's bars:", ""] + verdicts) + "\n"
+    return "\n".join(head + lines + ["", "The any-depth sharing bars:", ""] + verdicts) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

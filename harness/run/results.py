@@ -1,4 +1,5 @@
-"""Loading and validating result files (DESIGN §7: the contract tables, plots and the gate read).
+"""Loading and validating result files: the contract tables, plots and the gate read
+(docs/design.md, "Result files").
 
 Layout under one hardware directory `results/<hardware>/`:
 

@@ -1,6 +1,7 @@
 """Start and stop a serving system for one cell: the bundled engine or an external SGLang.
 
-Every system is a subprocess that speaks the same HTTP API (DESIGN §6), so the client and the
+Every system is a subprocess that speaks the same HTTP API (docs/design.md,
+"Engine and server"), so the client and the
 metrics never know which one they talk to. A cell must never leave a server behind, whatever
 happens: the process runs in its own process group (TP workers included), and `stop()` sends
 SIGTERM to the group, waits a grace period, then SIGKILLs the group. The server's stdout and

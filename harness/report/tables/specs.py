@@ -9,7 +9,7 @@ does it is `harness.report.tables.extract`, one extractor per table. Rules commo
   "GraniKV" (GKV). "SGL-C/GKV" (cascade kernel on GraniKV's HOT/COLD storage, Tables 13-14) is a
   `granikv` cell whose `config.m_sat >= 2**30` (dispatcher never picks dense; `variant` column
   `granikv_cascade` in `harness.run.results`).
-- Serving cells are `results/<hw>/<sweep>/<cell>.json` (DESIGN §7). For each paper row the
+- Serving cells are `results/<hw>/<sweep>/<cell>.json` (docs/design.md, "Result files"). For each paper row the
   *first* sweep of `sweeps` holding any cell for that row's configuration supplies all systems
   of that row (so a ratio never mixes two sweeps). Cells are matched on config keys only
   (`model`, `tp`, `lp`, `batch`, `k`, `hot_fraction`, `cold_page_size`), never on the workload

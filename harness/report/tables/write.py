@@ -98,7 +98,7 @@ def mixed_call_points_by_table(results: ResultSet, numbers: Iterable[int] = TABL
 def count_mixed_call_points(results: ResultSet, tp: int | None = 1,
                             numbers: Iterable[int] = TABLE_NUMBERS) -> int:
     """How many distinct points (over every table; TP `tp`, or any with None) have a printed ratio
-    whose systems come from different calls: issue #38's bar is 0 at TP=1. A/B cells are not table
+    whose systems come from different calls: the one-call bar is 0 at TP=1. A/B cells are not table
     inputs, and extra variants (forced-cascade GraniKV) count only where a ratio is computed from
     them."""
     found = set().union(*mixed_call_points_by_table(results, numbers).values())
@@ -167,7 +167,7 @@ def write_tables(results: ResultSet, out_dir: Path | str,
     every = set().union(*mixed.values()) if mixed else set()
     tp1 = sum(1 for p in every if p.tp == 1)
     index += ["", f"Points whose printed ratios set systems of different calls side by side, over the tables "
-                  f"above (a point counted once): {_by_tp(every)}; at TP=1: {tp1} (issue #38's bar: 0; "
+                  f"above (a point counted once): {_by_tp(every)}; at TP=1: {tp1} (the one-call bar: 0; "
                   f"`harness.report.tables.write.count_mixed_call_points`)."]
     readme = out / "README.md"
     readme.write_text("\n".join(index) + "\n", encoding="utf-8")

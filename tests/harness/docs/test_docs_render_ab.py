@@ -1,4 +1,4 @@
-"""The api-ab block judges issue #30's bar only when the tagged cell drove /v1/completions.
+"""The api-ab block judges the completions API bar only when the tagged cell drove /v1/completions.
 
 Why: a cell's tag says what it was meant to measure, its recorded `config.client.api` what the
 client did; a ratio of two /generate runs must not be reported as the completions API's cost."""

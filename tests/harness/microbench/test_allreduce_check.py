@@ -1,4 +1,4 @@
-"""The issue-7 all-reduce comparison (harness.microbench.allreduce --engine-cell): a TP cell's
+"""The TP all-reduce comparison (harness.microbench.allreduce --engine-cell): a TP cell's
 profiled NCCL time per call against bytes over the peak bus bandwidth and against the isolated
 per-call time at the same message size. Pure arithmetic on result files: runs on a CPU."""
 

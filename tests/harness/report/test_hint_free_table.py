@@ -1,7 +1,7 @@
 """tables/h200/hint-free.md is rendered from the committed hint / no-hint cells, and its judgements
 follow from the numbers in the result files.
 
-Why: the table states whether issue #29's bars are met; a re-measured cell without a re-render,
+Why: the table states whether the hint-free bars are met; a re-measured cell without a re-render,
 or a bar judged on the wrong side of a ratio, would make it say something the results do not."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ratios come only from cells of one call (issue #38): a rep whose compared systems carry one
+"""Ratios come only from cells of one call (the one-call bar): a rep whose compared systems carry one
 `env.call_id` is the only kind a ratio is taken over; a point with none still shows its ratio, from
 its complete reps, marked ‡ and counted, so a reader sees which ratios carry run-to-run spread.
 
@@ -198,7 +198,7 @@ def test_count_of_points_with_mixed_call_ratios_by_tp(tmp_path):
     tables.write_tables(res, tmp_path, (3, 9))
     index = (tmp_path / "README.md").read_text()
     assert "| 3 | " in index and "| TP=1: 1, TP=2: 1 |" in index
-    assert "at TP=1: 1 (issue #38's bar: 0" in index
+    assert "at TP=1: 1 (the one-call bar: 0" in index
 
 
 def test_a_point_measured_in_one_call_counts_nothing():

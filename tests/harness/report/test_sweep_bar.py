@@ -1,4 +1,4 @@
-"""The sweep bar of hint-free.md (issue #29: no hint ≥ cascade at every k = 1 ShareGPT point of
+"""The sweep bar of hint-free.md (the hint-free sweep bar: no hint ≥ cascade at every k = 1 ShareGPT point of
 Table 9, Lp ≥ 2K) is judged only from granikv repetitions measured without the hint.
 
 Why: Table 9 holds hinted and hint-free granikv cells side by side while it is re-measured; a

@@ -1,5 +1,5 @@
 """tables/<hw>/tree.md (harness.report.tree_table): a workload's four variants per repetition, ratios from
-the repetitions of one call (else marked ‡ and left unjudged), each against issue #39's bar."""
+the repetitions of one call (else marked ‡ and left unjudged), each against the any-depth sharing bar."""
 
 from __future__ import annotations
 
