@@ -12,15 +12,15 @@ import json
 
 import numpy as np
 import pytest
-from fake_server import DISCONNECT, HANG, HTTP_500, NO_DONE, FakeServer, FakeTimings  # noqa: E402
+from fake_server import DISCONNECT, HANG, HTTP_500, NO_DONE, FakeServer, FakeTimings
 
 from harness.run.client import cli as client_cli
-from harness.run.client.benchmark import BenchmarkResult, ClientConfig, run_benchmark  # noqa: E402
-from harness.run.client.metrics import RequestRecord, compute_metrics  # noqa: E402
+from harness.run.client.benchmark import BenchmarkResult, ClientConfig, run_benchmark
+from harness.run.client.metrics import RequestRecord, compute_metrics
 from harness.run.workloads.build import write
 from harness.run.workloads.config import WorkloadConfig
 from harness.run.workloads.naming import workload_filename
-from harness.run.workloads.requests import WorkloadRequest  # noqa: E402
+from harness.run.workloads.requests import WorkloadRequest
 
 SLACK = 0.005  # timer granularity: a sleep of d may be observed as d - SLACK at worst
 

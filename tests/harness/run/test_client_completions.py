@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from fake_server import DISCONNECT, HTTP_500, NO_DONE, FakeServer, FakeTimings  # noqa: E402
+from fake_server import DISCONNECT, HTTP_500, NO_DONE, FakeServer, FakeTimings
 
 from harness.run.client import cli as client_cli
-from harness.run.client.benchmark import BenchmarkResult, ClientConfig, run_benchmark  # noqa: E402
+from harness.run.client.benchmark import BenchmarkResult, ClientConfig, run_benchmark
 from harness.run.client.metrics import RequestRecord
 from harness.run.client.stream import CompletionEvents
-from harness.run.workloads.requests import WorkloadRequest  # noqa: E402
+from harness.run.workloads.requests import WorkloadRequest
 
 SLACK = 0.005
 

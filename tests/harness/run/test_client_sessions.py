@@ -11,16 +11,13 @@ import asyncio
 import hashlib
 
 import pytest
-from fake_server import HTTP_500, FakeServer, FakeTimings  # noqa: E402
+from fake_server import HTTP_500, FakeServer, FakeTimings
 
 from harness.run.client.benchmark import ClientConfig, run_benchmark
-from harness.run.client.sessions import session_rounds  # noqa: E402
+from harness.run.client.sessions import session_rounds
 from harness.run.workloads.build import generate, write
 from harness.run.workloads.config import WorkloadConfig
-from harness.run.workloads.requests import (
-    WorkloadRequest,  # noqa: E402
-    max_prompt_len,
-)
+from harness.run.workloads.requests import WorkloadRequest, max_prompt_len
 
 D, K, R, OUT = 2, 3, 3, 4
 
