@@ -78,7 +78,7 @@ def fmt(x: float | None, spec: str = ".2f") -> str:
 
 def point_reps(cells: list[tuple[str, dict]], **conds: Any) -> tuple[dict[str, list[dict]], bool]:
     """Cells of one (lp, batch, ...) point by system, and whether their ratios are mixed-call, over
-    the reps harness.report.tables reads (`table_queries.ratio_reps`): the complete reps (every system
+    the reps harness.report.tables reads (`queries.ratio_reps`): the complete reps (every system
     present) whose systems carry one call id where there are any; else every complete rep, mixed
     (with fewer than two systems there is no ratio: never mixed)."""
     match = [d for _, d in cells if all(d["config"].get(k) == v for k, v in conds.items())

@@ -4,9 +4,9 @@ An extractor maps (its `TableSpec`, the paper's table, one paper row, our `Resul
 {column name: our value}; a column it leaves out or sets to None is a missing cell, never
 filled in. What each extractor reads is its spec's `method` (`harness.report.tables.specs`); the
 lookups go through `harness.report.tables.queries`. Every row that sets two systems' numbers against each
-other reads the reps `table_queries.ratio_reps` chooses (one call when there is one) for its
+other reads the reps `queries.ratio_reps` chooses (one call when there is one) for its
 ratios and its absolute numbers alike, and lists a ratio whose systems come from different calls
-under `table_queries.MIXED` (the renderers mark it).
+under `queries.MIXED` (the renderers mark it).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ does it is `harness.report.tables.extract`, one extractor per table. Rules commo
   (`model`, `tp`, `lp`, `batch`, `k`, `hot_fraction`, `cold_page_size`), never on the workload
   name.
 - Reps (`config.rep`) are averaged (the paper prints 3-rep means), over the reps
-  `table_queries.ratio_reps` chooses for the row: a rep is *from one call* when every cell of it
+  `queries.ratio_reps` chooses for the row: a rep is *from one call* when every cell of it
   that the row compares (paged, cascade and granikv, or the knobbed granikv cells a row sets
   against each other: Table 18's page sizes, Table 24's f_p beside cascade) carries the same
   non-empty `env.call_id`. A row with such reps takes its ratios and its absolute numbers (tok/s,
