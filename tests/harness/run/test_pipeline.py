@@ -117,8 +117,16 @@ def test_one_target_per_table():
 
 
 def _copy_repo(dst: Path) -> None:
-    ignore = shutil.ignore_patterns(".venv", ".git", "results", "tables", "plots", ".snakemake", "workloads",
-                                    "__pycache__", ".pytest_cache", ".ruff_cache", "*.egg-info")
+    """The repository without its outputs: the top-level output folders (results/, tables/, plots/,
+    workloads/) only, since packages share their names (harness/run/workloads/,
+    harness/report/tables/)."""
+    anywhere = shutil.ignore_patterns(".venv", ".git", ".snakemake", "__pycache__", ".pytest_cache", ".ruff_cache",
+                                      "*.egg-info")
+    top = {"results", "tables", "plots", "workloads"}
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return set(anywhere(folder, names)) | (top & set(names) if Path(folder) == ROOT else set())
+
     shutil.copytree(ROOT, dst, ignore=ignore)
     os.symlink(ROOT / ".venv", dst / ".venv")
 
