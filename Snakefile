@@ -7,11 +7,11 @@
 #   snakemake --profile profiles/h200 gate          # the CI throughput gate (docs/gate.md)
 #
 # The profile's pipeline.yaml (its `configfile`) picks hardware, grid level, reps and GPUs;
-# harness/sweeps.py expands conf/sweep/*.yaml into cells, and harness/point.py groups them into
+# harness/run/sweeps.py expands conf/sweep/*.yaml into cells, and harness/run/point.py groups them into
 # points: the cells of one sweep that differ only in system and granikv's knobs, rep included
 # (paged, cascade and granikv at one Lp, B, k, TP, workload and rep). A point is one job, a rule
 # of its own named `point_<sweep>_<point-id>` whose outputs are all its cell files
-# (results/<hw>/<sweep>/<cell-id>.json): `python -m harness.point run <sweep> <point-id>` measures
+# (results/<hw>/<sweep>/<cell-id>.json): `python -m harness.run.point run <sweep> <point-id>` measures
 # them back to back in one call, every cell recording the call's `env.call_id`, so a ratio never
 # mixes two calls. A point whose files all exist is never recomputed (profiles set rerun-triggers
 # to mtime, so a changed command line does not re-measure it); a point with a file missing — a
@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir)))
 
-from harness.point import points as group_points  # noqa: E402
-from harness.sweeps import PipelineProfile, load_profile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
+from harness.run.point import points as group_points  # noqa: E402
+from harness.run.sweeps import PipelineProfile, load_profile, load_sweep, plan as make_plan, sweep_cells  # noqa: E402
 
 if not config:
     raise WorkflowError("no pipeline config: run with --profile profiles/<name> (cpu-smoke, h200, paper, a100-40gb)")
@@ -40,7 +40,7 @@ VIEW = PROFILE.view
 TABLES = f"{PROFILE.tables_dir}/{PROFILE.hardware}"
 PLOTS = f"{PROFILE.plots_dir}/{PROFILE.hardware}"
 # The CI gate (docs/gate.md): conf/sweep/gate.yaml's cells, in their own folder R/gate/, never
-# part of `all`; gated against the committed baseline by harness.gate. Measured as points too.
+# part of `all`; gated against the committed baseline by harness.report.gate. Measured as points too.
 GATE_CELLS = sweep_cells(load_sweep("gate"), PROFILE)
 POINTS = group_points(PLAN.all_cells()) + group_points(GATE_CELLS)
 GATE_BASELINE = config.get("gate_baseline") or f"{PROFILE.results_dir}/baselines/{PROFILE.hardware}.json"
@@ -49,11 +49,11 @@ GATE_REPORT = f"{R}/gate/report"
 TABLE_SWEEPS = PLAN.table_sweeps()
 ALL_TABLES = sorted(TABLE_SWEEPS)
 # Stand-in profiles (cpu-smoke) render tables from the paper-unit view of their results.
-MAKE_VIEW = f"{PYTHON} -m harness.sweeps view --results {R} --out {VIEW} && " if PROFILE.stand_in else ""
+MAKE_VIEW = f"{PYTHON} -m harness.run.sweeps view --results {R} --out {VIEW} && " if PROFILE.stand_in else ""
 
 
 def profile_arg():
-    """How `harness.point run` gets this run's pipeline profile: its file when the file says what
+    """How `harness.run.point run` gets this run's pipeline profile: its file when the file says what
     this run uses (the readable command line), else the profile as JSON (`--config` changed it)."""
     for f in reversed(list(workflow.configfiles)):
         try:
@@ -112,14 +112,14 @@ for _n in ALL_TABLES:
 
 
 def gate_command():
-    """harness.gate over the gate's cells (exit 1 on a regression, 2 when it cannot judge). A
+    """harness.report.gate over the gate's cells (exit 1 on a regression, 2 when it cannot judge). A
     stand-in profile (cpu-smoke) without a baseline skips the verdict: its numbers show the
     plumbing works, not how fast anything is, so no CPU baseline is committed."""
     if PROFILE.stand_in and not Path(GATE_BASELINE).exists():
         return (f"echo 'gate: skipped: no baseline {GATE_BASELINE} for the stand-in profile {PROFILE.name}; "
-                f"write one with: {PYTHON} -m harness.gate --results {R} --sweep gate --cells gate "
+                f"write one with: {PYTHON} -m harness.report.gate --results {R} --sweep gate --cells gate "
                 f"--profile {PROFILE.name} --baseline {GATE_BASELINE} --write-baseline'")
-    return (f"{PYTHON} -m harness.gate --results {R} --sweep gate --baseline {GATE_BASELINE} --mode {GATE_MODE} "
+    return (f"{PYTHON} -m harness.report.gate --results {R} --sweep gate --baseline {GATE_BASELINE} --mode {GATE_MODE} "
             f"--json {GATE_REPORT}/report.json --markdown {GATE_REPORT}/report.md")
 
 
@@ -173,7 +173,7 @@ for _p in POINTS:
         output:
             _p.paths(PROFILE),
         params:
-            cmd=f"{shlex.quote(PYTHON)} -m harness.point run {_p.sweep} {_p.point_id} --profile {PROFILE_ARG}",
+            cmd=f"{shlex.quote(PYTHON)} -m harness.run.point run {_p.sweep} {_p.point_id} --profile {PROFILE_ARG}",
         threads: POINT_THREADS
         resources:
             gpu=_p.gpus if PROFILE.gpus else 0,
@@ -201,7 +201,7 @@ rule table:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.tables --results {VIEW} --out {TABLES} --table {{wildcards.n}}"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.tables --results {VIEW} --out {TABLES} --table {{wildcards.n}}"
 
 
 rule tables:
@@ -212,11 +212,11 @@ rule tables:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.tables --results {VIEW} --out {TABLES}"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.tables --results {VIEW} --out {TABLES}"
 
 
 rule tree_page:
-    """Sharing at any depth (the tree sweep's points) against issue #39's bars."""
+    """Sharing at any depth (the tree sweep's points) against the any-depth sharing bars."""
     input:
         ALL_INPUTS,
     output:
@@ -224,7 +224,7 @@ rule tree_page:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.tree_table --results {VIEW} --out {TABLES}/tree.md"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.tree_table --results {VIEW} --out {TABLES}/tree.md"
 
 
 rule plots:
@@ -235,4 +235,4 @@ rule plots:
     resources:
         view=1,
     shell:
-        MAKE_VIEW + f"{PYTHON} -m harness.plots --results {VIEW} --out {PLOTS}"
+        MAKE_VIEW + f"{PYTHON} -m harness.report.plots --results {VIEW} --out {PLOTS}"

@@ -4,7 +4,7 @@ The paper splits a decode step into prefix attention, suffix/decode attention, l
 NCCL and the host gap (GPU idle while the host schedules). We capture N consecutive engine
 steps with torch.profiler (CUDA activity), put every GPU kernel into one of those categories by
 its name, and sum per category over the window. The result is the cell's "profile" section
-(harness.table_extract reads it): `<category>_ms`, `total_kernel_ms` (sum of all kernel
+(harness.report.tables.extract reads it): `<category>_ms`, `total_kernel_ms` (sum of all kernel
 durations), `decode_wall_ms` (host wall time of the window) and `host_gap_ms` (wall time with no
 kernel running = wall - union of kernel intervals; kernels on parallel streams overlap, so the
 union, not the sum, is what keeps the GPU busy).
@@ -12,7 +12,7 @@ union, not the sum, is what keeps the GPU busy).
 `categorize` and `summarize` work on plain (name, start_us, end_us) tuples so they are testable
 without a GPU; `capture` is the only part that needs torch.profiler. The server's
 `POST /profile` (granikv.server.app) runs `capture` on its engine thread between steps; the
-harness asks for it (harness.profile) and reads the categories from here.
+harness asks for it (harness.run.profile) and reads the categories from here.
 """
 
 from __future__ import annotations

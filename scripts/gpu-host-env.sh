@@ -1,7 +1,7 @@
-# Source on a lent GPU host, from the repository root, before `python -m harness.batch run`
-# (harness/batch.py's docstring and README.md, "GPU host", give the whole workflow).
-# - GIT_SHA: the commit the cells record (`harness.batch prepare` wrote it to .carry/src.sha; the
-#   host's copy of the tree may have a stale or no .git, harness.provenance).
+# Source on a lent GPU host, from the repository root, before `python -m harness.run.batch run`
+# (harness/run/batch.py's docstring and README.md, "GPU host", give the whole workflow).
+# - GIT_SHA: the commit the cells record (`harness.run.batch prepare` wrote it to .carry/src.sha; the
+#   host's copy of the tree may have a stale or no .git, harness.run.provenance).
 # - PYTHONPATH: packages carried in .carry/site (e.g. hydra-core, omegaconf, antlr4 copied from
 #   this machine's venv) for a host without a package index.
 # - NCCL/NVSHMEM: no NVLink multicast (NVLS), which lent multi-GPU hosts may not offer.
@@ -9,4 +9,4 @@
 if [ -f .carry/src.sha ]; then export GIT_SHA=$(cat .carry/src.sha); fi
 export PYTHONPATH=$PWD/.carry/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python -m harness.batch unpack
+python -m harness.run.batch unpack

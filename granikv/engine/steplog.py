@@ -2,7 +2,7 @@
 
 Why: a serving cell reports only end-to-end metrics; when one system is slower than another
 the first question is which phase (prefill/extend or decode) and which step sizes cost the
-time. `/server_info` carries this summary, and `harness.cell` stores it in the result file.
+time. `/server_info` carries this summary, and `harness.run.cell` stores it in the result file.
 Times are host wall times of `Engine.step()` (an extend step waits for its tokens, so it
 includes its GPU time; an overlapped decode step's time is the wait for the previous one).
 """

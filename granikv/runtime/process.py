@@ -121,7 +121,7 @@ def _event(item: tuple) -> Event:
 
 def _child(cfg: EngineConfig, cmds, msgs, factory) -> None:
     # the server stops us through the pipe, after draining its requests: a SIGTERM sent to the
-    # whole process group (systemd, harness.systems) must not kill the engine under them
+    # whole process group (systemd, harness.run.systems) must not kill the engine under them
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     t_start = time.perf_counter()

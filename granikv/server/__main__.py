@@ -5,7 +5,7 @@ Serves SGLang's native API (/generate, /get_model_info, /health_generate, ...), 
 host as it is (`--device cpu`: the torch reference kernels, granikv/runtime/engine_setup.py) and
 prints what runs once it is ready. Binds 127.0.0.1 unless --host says otherwise.
 
-Its life, as a supervisor (systemd, Kubernetes, a Slurm job, harness.systems) sees it:
+Its life, as a supervisor (systemd, Kubernetes, a Slurm job, harness.run.systems) sees it:
 - start: the address is bound before the engine is built (minutes on a GPU), so a port in use is
   an error at once (exit 2), as is a bad configuration;
 - SIGTERM or SIGINT: new requests get 503 and /health turns 503 while the requests in flight

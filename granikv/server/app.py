@@ -193,7 +193,7 @@ class Server(ServerState):
 
     async def profile(self, request: web.Request) -> web.Response:
         """POST /profile {"steps": N}: profile the engine's next N steps (torch.profiler, CUDA
-        kernels) and answer the summary (harness.profile: ms per kernel category, wall, host
+        kernels) and answer the summary (harness.run.profile: ms per kernel category, wall, host
         gap) plus how many steps of each kind ran in the window. The capture runs on the engine
         thread between steps, so the steps are the ones the current clients are served by."""
         try:

@@ -3,7 +3,7 @@
     python -m harness.diagnostics.client_stream [--out results/cpu/microbench/client-stream.json]
 
 Why: at B=512 and a ~20 ms decode step the server streams ~25K chunks/s, and one client
-process (harness.client, one asyncio loop) reads them all. If reading a chunk costs ~40 µs,
+process (harness.run.client, one asyncio loop) reads them all. If reading a chunk costs ~40 µs,
 the client is then busy all the time and falls behind the engine: tokens reach it later than
 they were made, each request ends late, its concurrency slot refills late, and the measured
 throughput is the client's, not the engine's (H200, Table 9 Lp=512 B=512 rep 2 at cc8180a:
@@ -13,7 +13,7 @@ work). The faster system is hit first, so the ratio shrinks towards 1.
 Client side only, one process, no sockets: `B` aiohttp StreamReaders are fed one chunk each per
 tick — the server's exact bytes (`granikv.server.app.sse_chunk`), cumulative (SGLang's default)
 or incremental, for `--output-len` ticks — and the client's stream reader
-(`harness.client._read_stream`) consumes them between ticks, as it does when every TCP read
+(`harness.run.client.stream.read_stream`) consumes them between ticks, as it does when every TCP read
 holds about one event. Records the wall µs per chunk (host time on one core: its inverse is
 the most chunks/s one client process can take).
 """
@@ -30,10 +30,10 @@ from aiohttp.base_protocol import BaseProtocol
 from aiohttp.streams import StreamReader
 
 from granikv.server.app import sse_chunk
-from harness.client import _read_stream
-from harness.metrics import RequestRecord
 from harness.microbench._timing import write_result
 from harness.microbench.storage import env
+from harness.run.client.metrics import RequestRecord
+from harness.run.client.stream import read_stream
 
 PROMPT = 4200
 
@@ -75,7 +75,8 @@ async def _consume(batch: int, events: list[bytes]) -> tuple[float, list[Request
     recs = [RequestRecord(id=str(i), prompt_len=PROMPT, max_new_tokens=len(events) - 1) for i in range(batch)]
     for r in recs:
         r.start = time.perf_counter()
-    tasks = [asyncio.ensure_future(_read_stream(SimpleNamespace(content=rd), rec)) for rd, rec in zip(readers, recs)]
+    tasks = [asyncio.ensure_future(read_stream(SimpleNamespace(content=rd), rec))
+             for rd, rec in zip(readers, recs)]
     await asyncio.sleep(0)
     t0 = time.perf_counter()
     for tick, ev in enumerate(events):

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from harness.microbench.replay import ReplayConfig, engine_config, offers, serve, stub_engine, warm_up
-from harness.workloads import read_workload
+from harness.run.workloads.requests import read_workload
 
 
 @dataclass

@@ -7,7 +7,7 @@ Why: every serving cell starts a server, and on the GPU host start-up (each cell
 (`startup`: the engine's `build_s` and `capture_s`, the engine process's `engine_s`, the server's
 spawn-to-ready `process_s`); this launches the server `--runs` times with the given engine flags
 and records, per run, the seconds from launch to its "ready" line (`ready_s`, what
-`harness.systems` waits for) beside that split. The default is the tiny model on the CPU, so a
+`harness.run.systems` waits for) beside that split. The default is the tiny model on the CPU, so a
 CPU host measures it; on a GPU host pass e.g. `--device cuda --model llama-3.1-8b`.
 """
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from harness.provenance import git_sha
+from harness.run.provenance import git_sha
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def bench(fn: Callable[[], object], rep_ms: int = 100, warmup_ms: int = 25, grap
 
 def write_result(out: str | Path, config: dict, records: list[dict], env: dict | None = None, **extra) -> Path:
     """Write a microbenchmark's result file: {"env", "config", "records", **extra} (what
-    harness.results loads; `env` defaults to `env_info()`); returns its path."""
+    harness.run.results loads; `env` defaults to `env_info()`); returns its path."""
     import json
 
     path = Path(out)

@@ -1,8 +1,8 @@
 """NCCL all-reduce between the GPUs of one host: the floor for a TP decode step's all-reduces.
 
 A TP decode step all-reduces the row-parallel outputs twice per layer (attention o_proj and the
-MLP's down_proj): messages of B x hidden bf16 values. The issue-7 bar compares the step's
-measured all-reduce time (harness.profile's `nccl_ms` of a TP cell) with these bytes over the
+MLP's down_proj): messages of B x hidden bf16 values. The TP all-reduce bar compares the step's
+measured all-reduce time (harness.run.profile's `nccl_ms` of a TP cell) with these bytes over the
 GPU-to-GPU bandwidth measured here.
 
 For each message size, one process per GPU all-reduces a bf16 tensor `--iters` times between

@@ -18,7 +18,7 @@ window of `--window-s` seconds of decode steps gives:
 - `choose_us`: one `DispatchPolicy.choose` call alone (the decision rule), timed in a loop;
 - `step_us`: the window's wall time per decode step.
 Writes results/<hw>/microbench/dispatch.json ({"env", "config", "records": [one record]}), which
-`harness.tables` renders as Table 17. On CPU the numbers only prove the script runs.
+`harness.report.tables` renders as Table 17. On CPU the numbers only prove the script runs.
 """
 
 from __future__ import annotations

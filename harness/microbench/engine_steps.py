@@ -135,7 +135,7 @@ def prefill_all(eng: Engine) -> None:
 
 def busy_and_span_ms(prof) -> tuple[float, float]:
     """(GPU-busy ms, window ms) of a profiler session: the union of GPU activity intervals
-    (record_function ranges mirrored on the GPU timeline are not activity; harness.profile
+    (record_function ranges mirrored on the GPU timeline are not activity; harness.run.profile
     drops them) and the span from the first activity's start to the last one's end."""
     from granikv.profiling import kernel_events, union_us
 
@@ -256,7 +256,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
     from granikv.runtime.loop import EngineLoop
     from granikv.server.app import build_app, tcp_site
     from granikv.server.text import TextCodec
-    from harness.workloads import read_workload, require_open_loop
+    from harness.run.workloads.requests import read_workload, require_open_loop
 
     wl = read_workload(workload)
     reqs = wl.requests
@@ -305,7 +305,7 @@ def http_vs_inprocess(model, base_cfg: EngineConfig, system: str, workload: str,
         try:
             for i in range(repeats):
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "harness.client", "--url", "http://127.0.0.1:30555", "--workload",
+                    sys.executable, "-m", "harness.run.client", "--url", "http://127.0.0.1:30555", "--workload",
                     workload, "--max-concurrency", str(b), "--warmup-requests", "8", "--warmup-output-len", "8",
                     "--send-prefix-hint", "--no-progress", "--no-records", "--output", str(tmp / f"client{i}.json"),
                     stdout=subprocess.DEVNULL)

@@ -10,8 +10,8 @@ whole cached prefix alone: in H200 cells at Lp=16K, B=256 without key splits, su
 many times the time of reading the weights once (`engine.step_log.extend.recent`).
 For each case (n requests x `new` tokens behind an Lp-token prefix, scattered slots) this
 times the extend kernel with one split and with the splits `extend_splits` picks (`--splits`
-adds fixed counts, to tune ExtendSplitPolicy), and reports
-the floor max(FLOPs / 779 TFLOP/s, bytes / 4.48 TB/s) of DESIGN §8 and the fraction reached.
+adds fixed counts, to tune ExtendSplitPolicy), and reports the floor max(FLOPs / 779 TFLOP/s,
+bytes / 4.48 TB/s) (docs/design.md, "Numbers to design against") and the fraction reached.
 FLOPs = 4 Hq d x (keys each new token sees); bytes = the K/V of every request read once + q, o.
 Times are medians of CUDA-graph replays with the L2 flushed (_timing.py). Records:
 {"Lp", "n", "new", "splits", "us", "TFLOPs", "floor_us", "frac_of_floor", "rel_err"}.
@@ -38,7 +38,7 @@ import time
 
 import torch
 
-GEMM_TFLOPS = 779.0  # measured bf16 GEMM ceiling on the H200 (DESIGN §8)
+GEMM_TFLOPS = 779.0  # measured bf16 GEMM ceiling on the H200 (docs/design.md, "Numbers to design against")
 READ_TBPS = 4.48  # measured cuDNN decode read bandwidth on the H200
 
 

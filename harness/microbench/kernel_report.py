@@ -56,8 +56,9 @@ def print_table(bn: Bench, summary: dict) -> None:
 # ---- docs/generated/kernels.md: the measured tables are rendered from result files, never typed ----------
 NOTES_BEGIN = "<!-- kernels-microbench:begin (generated: python -m harness.microbench.kernels --notes) -->"
 NOTES_END = "<!-- kernels-microbench:end -->"
-HBM_READ = 4.48e12  # B/s: cuDNN decode reading contiguous KV on an H200 (DESIGN.md §8), the read ceiling
-GEMM_PEAK = 779e12  # FLOP/s: bf16 GEMM on an H200 (DESIGN.md §8)
+# the ceilings of docs/design.md, "Numbers to design against"
+HBM_READ = 4.48e12  # B/s: cuDNN decode reading contiguous KV on an H200, the read ceiling
+GEMM_PEAK = 779e12  # FLOP/s: bf16 GEMM on an H200
 
 
 def _floor_us(nbytes: float, flops: float) -> tuple[float, str]:

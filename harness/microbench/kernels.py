@@ -1,5 +1,5 @@
 """Attention-kernel microbenchmark: correctness at full size, tuning, Table 5 analog, the
-B x Lp sweep, the M_sat fit, and the bars of the kernels issue, in one run.
+B x Lp sweep, the M_sat fit, and the kernel bars (what the kernels must reach), in one run.
 
     python -m harness.microbench.kernels --out $OUT/kernels.json --hardware-yaml conf/hardware/h200.yaml
     TRITON_INTERPRET=1 python -m harness.microbench.kernels --smoke   # tiny shapes, CPU interpreter: the script runs
@@ -285,7 +285,7 @@ def sweep(bn: Bench, best: dict) -> None:
 
 
 def bars(recs: list[dict], p: KernelBenchPlan, sdpa: dict, ceil: dict) -> dict:
-    """The kernels issue's bars from a run's records (`sdpa`: best K/V GB/s per SDPA backend)."""
+    """The kernel bars from a run's records (`sdpa`: best K/V GB/s per SDPA backend)."""
 
     def find(op, layout, b, length, g=4, **kw):
         xs = [
@@ -359,7 +359,7 @@ def merge_table5(result: dict, records: list[dict], checks: list[dict], env: dic
                  plan: KernelBenchPlan) -> dict:
     """`result` (a whole run) with its Table 5 records replaced by `records` (one `table5()` run, so
     every ratio between them is within one run), each carrying that run's `env` (which
-    harness.results prefers to the file's); the checks of the same ops replaced; the bars
+    harness.run.results prefers to the file's); the checks of the same ops replaced; the bars
     recomputed from the merged records; the run listed under `stages`. Other records untouched."""
     out = dict(result)
     old = [r for r in result["records"] if is_table5_record(r)]

@@ -1,6 +1,6 @@
 """The fit and the Markdown section of the prefix-pass rule sweep (`harness.microbench.prefix_rule`).
 
-`fit_rule(records)` (pure; tests/harness/test_prefix_rule_bench.py) reads wins (gain_us > 0)
+`fit_rule(records)` (pure; tests/harness/microbench/test_prefix_rule_bench.py) reads wins (gain_us > 0)
 against the saved MiB per layer. `render(path)` gives the fit (the total-saved-MiB threshold,
 the lost/won bounds and the least-squares break-even per form, and how many points the
 per-class and the total rule each misclassify at their best threshold) and, per form, a table

@@ -44,7 +44,7 @@ from granikv.engine.scheduler import Step
 from granikv.model.spec import load_spec
 from granikv.systems import storage_from_config
 from harness.microbench._timing import env_info
-from harness.workloads import WorkloadRequest, read_workload, require_open_loop
+from harness.run.workloads.requests import WorkloadRequest, read_workload, require_open_loop
 
 FIXED_TOKEN = 13  # what every stub step "samples"; any id outside the model's EOS ids
 
@@ -358,7 +358,7 @@ def write_results(path: str, results: list[ReplayResult], rc: ReplayConfig, work
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--workload", required=True, help="a workload .jsonl (python -m harness.workloads)")
+    ap.add_argument("--workload", required=True, help="a workload .jsonl (python -m harness.run.workloads)")
     ap.add_argument("--systems", default="paged,granikv")
     ap.add_argument("--num-slots", type=int, default=ReplayConfig.num_slots)
     ap.add_argument("--batch", type=int, default=ReplayConfig.batch)

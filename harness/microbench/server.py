@@ -7,7 +7,7 @@ found 0.41 on the H200). This benchmark isolates that cost on any host, CPU incl
 simulated engine (`SimEngine`, a stand-in, not a model) sleeps `--step-ms` per decode step
 (`--host-ms` of it busy on the host holding the GIL, as the engine's scheduling is, the rest
 with the GIL released, as a CUDA sync is) and returns one token per running request; the
-real EngineLoop, aiohttp app and streaming client (harness.client, its own process) serve
+real EngineLoop, aiohttp app and streaming client (harness.run.client, its own process) serve
 `--requests` requests at concurrency B. `ratio` = achieved output tokens/s over the engine's
 own rate (B tokens per step): 1.0 means the server adds nothing.
 
@@ -139,7 +139,7 @@ async def _stats(loop) -> dict:
 def write_workload(path: Path, n: int, prompt_len: int, output_len: int) -> None:
     from dataclasses import asdict
 
-    from harness.workloads import FORMAT_VERSION, WorkloadRequest
+    from harness.run.workloads.requests import FORMAT_VERSION, WorkloadRequest
 
     with path.open("w") as f:
         f.write(json.dumps({"granikv_workload": FORMAT_VERSION, "kind": "sim", "num_requests": n}) + "\n")
@@ -197,7 +197,7 @@ def measure(batch: int, step_ms: float, requests: int, output_len: int, host_ms:
         await tcp_site(runner, "127.0.0.1", port, backlog=backlog).start()
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "harness.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
+                sys.executable, "-m", "harness.run.client", "--url", f"http://127.0.0.1:{port}", "--workload", str(wl),
                 "--max-concurrency", str(batch), "--warmup-requests", str(warmup),
                 "--warmup-output-len", "2", "--no-progress", "--no-records", "--api", api,
                 "--output", str(res), stdout=subprocess.DEVNULL)

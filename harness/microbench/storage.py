@@ -33,7 +33,7 @@ import numpy as np
 
 from granikv.memory import ColdPool, HotPool
 from granikv.systems import make_storage
-from harness.provenance import git_sha
+from harness.run.provenance import git_sha
 
 NUM_SLOTS = 1 << 20
 LP = 16384

@@ -1,6 +1,6 @@
-"""The K/V floor of a decode step over a tree of shared prompt runs (issue #39's accounting).
+"""The K/V floor of a decode step over a tree of shared prompt runs, for each depth of sharing.
 
-A `tree` workload (harness.workloads) gives every request the root-to-leaf path of leaf i mod
+A `tree` workload (harness.run.workloads) gives every request the root-to-leaf path of leaf i mod
 n_leaves, then its own tokens. One decode step must read each request's own tokens once per
 request; a shared run (a node with two or more live readers) need be read only once per step if
 the attention kernels read it once for all its readers, and its FLOPs (4 · readers · heads ·

@@ -94,7 +94,7 @@ def test_cold_classes_through_triton_kernels(range_as_slab):
 
 
 def agent_prompts(seed: int, k: int = 3, per_agent: int = 3, lp: int = 64, la: int = 32, vocab: int = 1024):
-    """The `agents` workload in small (harness/workloads.py): k agents share an lp-token system
+    """The `agents` workload in small (harness/run/workloads/): k agents share an lp-token system
     prompt, each adds an la-token role prompt, every request a 5-20 token suffix. One seed request
     per agent first (its prompt gets cached), then the rest; (prompt, hint = lp + la) pairs."""
     rng = random.Random(seed)

@@ -1,5 +1,5 @@
-"""A harness.cell stand-in for the point runners (harness.point, harness.batch run): it runs in a
-child process as harness.cell would, with the environment the runner gives it, writes its line's
+"""A harness.run.cell stand-in for the point runners (harness.run.point, harness.run.batch run): it runs in a
+child process as harness.run.cell would, with the environment the runner gives it, writes its line's
 result file with the call id and commit it ran under, and journals what it ran."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from harness import point
+from harness.run import point
 
 # argv: the result path per `<system>@<rep>` (JSON), the journal, the system that fails, then the
 # cell's overrides; `fail=<system>` makes that system's cell exit 1 without a result
@@ -30,7 +30,7 @@ with open(paths[key], "w") as f:
 
 
 def fake_cells(monkeypatch, tmp_path: Path, paths: dict[str, Path], fail: str = "-") -> Callable[[], list[dict]]:
-    """Make harness.point.run_cell (the runner of both) start _FAKE_CELL instead of harness.cell;
+    """Make harness.run.point.run_cell (the runner of both) start _FAKE_CELL instead of harness.run.cell;
     return a reader of the journal: one {system, rep, overwrite, call} per cell started."""
     journal = tmp_path / "journal.jsonl"
     spec = json.dumps({k: str(v) for k, v in paths.items()})
