@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from granikv.attention.plan import MAX_SHARE_DEPTH
 from granikv.config import EngineConfig
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams, Status
@@ -85,6 +86,15 @@ def tree_kv_floors(spec, tp: int, tree: Sequence[tuple[int, int]], ctx: list[int
     own = sum(ctx) - sum(n.readers * n.length for n in nodes)
     return {name: tree_kv_floor_ms(nodes, own, per_tok, flops, bw, peak, depth)
             for name, depth in (("paged", 0), ("root", 1), ("two_level", 2), ("any_depth", None))}
+
+
+def tree_floor_key(system: str, share_depth: int) -> str:
+    """Which of `tree_kv_floors` a system's step is held to: the sharing it can have (paged none,
+    cascade the root, granikv the levels `share_depth` lets it read once; past two, every level
+    a tree of the sweep has)."""
+    if system != "granikv":
+        return {"paged": "paged", "cascade": "root"}[system]
+    return {1: "root", 2: "two_level"}.get(share_depth, "any_depth")
 
 
 def make_tree_prompts(levels: Sequence[tuple[int, int]], b: int, vocab: int, seed: int = 0) -> list[list[int]]:
@@ -169,10 +179,13 @@ def cell_params(b: int, max_new: int, share: float, sampled: dict) -> list[Sampl
 
 def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps: int, prof_steps: int,
              bw: float, peak: float, sampled_share: float = 0.0, sampled: dict | None = None,
-             tree: Sequence[tuple[int, int]] | None = None) -> dict:
+             tree: Sequence[tuple[int, int]] | None = None, share_depth: int = MAX_SHARE_DEPTH) -> dict:
     """One (Lp, B) cell of one system; with `tree`, B requests over that tree of shared runs
-    (no hint: the engine finds the sharing) and `lp` is ignored (the path length stands in)."""
+    (no hint: the engine finds the sharing), `lp` is ignored (the path length stands in) and
+    granikv reads up to `share_depth` shared levels once per step (its floor reads as many)."""
     cfg = base_cfg.replace(system=system, max_running=max(b, 8))
+    if tree and system == "granikv":
+        cfg = cfg.replace(share_depth=share_depth)
     eng = Engine(cfg, model=model)
     spec = eng.spec
     if tree:
@@ -210,7 +223,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     tree_floors = {}
     if tree:
         tree_floors = tree_kv_floors(spec, cfg.tp, tree, ctx, bw, peak)
-        kvf = tree_floors[{"paged": "paged", "cascade": "root", "granikv": "any_depth"}[system]]
+        kvf = tree_floors[tree_floor_key(system, cfg.share_depth)]
     else:
         kvf = kv_floor_ms(spec, cfg.tp, system, lp, ctx, classes, bw, peak)
     rec = {
@@ -228,6 +241,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     }
     if tree:
         rec["tree"] = [list(lv) for lv in tree]
+        rec["share_depth"] = cfg.share_depth
         rec["floor_kv_ms_by_depth"] = tree_floors  # paged / root / two_level / any_depth
     rec["step_over_floor"] = rec["step_ms"] / rec["floor_ms"]
     for r in reqs:
@@ -336,6 +350,8 @@ def main(argv=None) -> int:
                     help="tree cells, ';'-separated: levels@B, e.g. '1x4096,4x4096,4x2048@256' (fanout x length "
                          "per level; request i reads leaf i mod leaves; no hint); each system's floor reads the "
                          "sharing it can have (paged none, cascade the root, granikv every shared node)")
+    ap.add_argument("--share-depth", type=int, default=MAX_SHARE_DEPTH,
+                    help="granikv's share_depth in --trees cells (default: every level; 2 is the two-level cap)")
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prof-steps", type=int, default=10)
@@ -398,7 +414,8 @@ def main(argv=None) -> int:
     for cell in filter(None, args.trees.split(";")):
         tree, b = parse_tree(cell)
         for system in args.systems.split(","):
-            rec = run_cell(model, base, system, 0, b, args.steps, args.prof_steps, bw, peak, tree=tree)
+            rec = run_cell(model, base, system, 0, b, args.steps, args.prof_steps, bw, peak, tree=tree,
+                           share_depth=args.share_depth)
             records.append(rec)
             print(f"{system:8s} tree={cell} step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
                   f"({rec['step_over_floor']:.2f}x)  att {rec['attention']}", flush=True)

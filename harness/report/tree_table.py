@@ -42,6 +42,8 @@ class PointRow:
     reps: tuple[int, ...]
     one_call: bool
     tok_s: dict[str, float]
+    tpot_ms: dict[str, float]  # median time per output token: the decode step the sharing speeds up
+    ttft_ms: dict[str, float]  # median time to first token: prefill, the same work for every variant
 
 
 def _variant(row: pd.Series) -> str | None:
@@ -73,9 +75,11 @@ def point_rows(cells: pd.DataFrame) -> list[PointRow]:
         if not reps:
             continue
         chosen = group[group["config.rep"].isin(reps)]
-        tok = {v[0]: statistics.fmean(chosen[chosen["variant_label"] == v[0]]["metrics.output_throughput"])
-               for v in VARIANTS}
-        out.append(PointRow(str(workload), tuple(sorted(reps)), bool(one_call), tok))
+        def mean(metric: str, chosen=chosen) -> dict[str, float]:
+            return {v[0]: statistics.fmean(chosen[chosen["variant_label"] == v[0]][metric]) for v in VARIANTS}
+
+        out.append(PointRow(str(workload), tuple(sorted(reps)), bool(one_call), mean("metrics.output_throughput"),
+                            mean("metrics.median_tpot_ms"), mean("metrics.median_ttft_ms")))
     return out
 
 
@@ -103,7 +107,18 @@ def render(rows: Sequence[PointRow], results_label: str) -> str:
                 got = t[num] / t[den]
                 state = ("not judged (calls mixed)" if not r.one_call else "met" if got >= bar else "not met")
                 verdicts.append(f"- {workload}: {num} / {den} = {got:.2f}, bar ≥ {bar}: {state}.")
-    return "\n".join(head + lines + ["", "The any-depth sharing bars:", ""] + verdicts) + "\n"
+    steps = ["", "Where the time goes: median TPOT (the decode step, which reading a shared level once shortens) "
+             "and median TTFT (prefill, the same work for every variant), ms; a burst's throughput ratio lies "
+             "between 1 and the TPOT ratio, the closer to 1 the larger prefill's share of the run.", "",
+             "| workload | TPOT paged | TPOT cascade | TPOT granikv | TPOT two-level | cascade / granikv TPOT "
+             "| TTFT paged | TTFT cascade | TTFT granikv | TTFT two-level |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p, f = r.tpot_ms, r.ttft_ms
+        steps.append(f"| {r.workload} | {p['paged']:.1f} | {p['cascade']:.1f} | {p['granikv']:.1f} | "
+                     f"{p['two-level']:.1f} | {p['cascade'] / p['granikv']:.2f} | {f['paged']:.0f} | "
+                     f"{f['cascade']:.0f} | {f['granikv']:.0f} | {f['two-level']:.0f} |")
+    return "\n".join(head + lines + ["", "The any-depth sharing bars:", ""] + verdicts + steps) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

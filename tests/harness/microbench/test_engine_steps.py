@@ -93,3 +93,12 @@ def test_tree_cell_records_the_floor_of_each_depth(tmp_path):
         by = r["floor_kv_ms_by_depth"]
         assert by["paged"] > by["root"] > by["any_depth"] and by["two_level"] == by["any_depth"]
         assert r["floor_kv_ms"] == by[depth] and r["step_ms"] > 0
+    assert recs["granikv"]["share_depth"] == 5  # every level by default
+
+
+def test_tree_cell_at_a_capped_depth_is_held_to_that_depths_floor(tmp_path):
+    """`--share-depth 1`: granikv reads only the root once, so its floor is the root's."""
+    doc = _run(tmp_path, "--cells", "", "--trees", "1x32,2x16@4", "--systems", "granikv", "--share-depth", "1",
+               "--steps", "3", "--prof-steps", "1")
+    (r,) = doc["records"]
+    assert r["share_depth"] == 1 and r["floor_kv_ms"] == r["floor_kv_ms_by_depth"]["root"]

@@ -38,6 +38,7 @@ def test_ratios_from_reps_of_one_call_against_the_bars(tmp_path):
     assert "- tree: granikv / cascade = 2.40, bar ≥ 2.2: met." in text
     assert "- tree: granikv / two-level = 1.41, bar ≥ 1.35: met." in text
     assert "- debate: granikv / cascade = 1.30, bar ≥ 1.4: not met." in text
+    assert "| tree | 1.0 | 1.0 | 1.0 | 1.0 | 1.00 | 1 | 1 | 1 | 1 |" in text  # TPOT and TTFT per variant
 
 
 def test_mixed_calls_are_marked_and_not_judged(tmp_path):
