@@ -193,6 +193,28 @@ def prepare(cells: list[list[str]], carry: Path) -> list[Path]:
     return list(done.values())
 
 
+# what the cell app imports that a lent GPU image does not ship (hydra-core and its two dependencies);
+# pure Python, so this host's copies run there
+SITE_PACKAGES = ("hydra", "omegaconf", "antlr4")
+
+
+def carry_site(site: Path, packages: tuple[str, ...] = SITE_PACKAGES) -> list[Path]:
+    """Copy the installed `packages` into `site` (scripts/gpu-host-env.sh puts it on PYTHONPATH), so
+    a host without a package index imports the same versions as this one."""
+    import importlib
+
+    site.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in packages:
+        src = Path(importlib.import_module(name).__file__).parent
+        dst = site / name
+        if dst.exists():
+            shutil.rmtree(dst)
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+        out.append(dst)
+    return out
+
+
 def stale_paths(results: Path) -> set[Path]:
     """Result files under `results` (resolved) measured before a listed engine change in their
     scope; refuses to guess when git cannot tell (a shallow clone)."""
@@ -407,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--carry", type=Path, default=carry)
     p.add_argument("--sha-file", type=Path, default=ROOT / ".carry" / "src.sha",
                    help="where to write the commit the cells record (GIT_SHA on the host)")
+    p.add_argument("--site", type=Path, default=ROOT / ".carry" / "site",
+                   help=f"copy the packages the GPU image lacks ({', '.join(SITE_PACKAGES)}) here")
+    p.add_argument("--no-site", action="store_true", help="do not copy them (the host has them)")
     r = sub.add_parser("run", help="run the list point by point (on the GPU host)")
     r.add_argument("cells", type=Path)
     r.add_argument("--carry", type=Path, default=carry)
@@ -467,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.cmd == "prepare":
         prepare(cells, args.carry)
+        if not args.no_site:
+            print(f"{args.site}: {', '.join(p.name for p in carry_site(args.site))}", flush=True)
         sha = write_sha(args.sha_file)
         print(f"{args.sha_file}: {sha or 'no commit (not a git checkout): set GIT_SHA on the host'}", flush=True)
         return 0

@@ -337,6 +337,22 @@ def test_prepare_writes_the_commit_the_host_records(tmp_path, monkeypatch):
     assert ".carry/src.sha" in env and "GIT_SHA" in env
 
 
+def test_carried_site_packages_import_from_a_bare_interpreter(tmp_path):
+    """`prepare` copies hydra, omegaconf and antlr4 into .carry/site; with that first on the path
+    (as scripts/gpu-host-env.sh puts it) every one of them imports from the copy."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    copied = batch.carry_site(site)
+    assert sorted(p.name for p in copied) == sorted(batch.SITE_PACKAGES)
+    assert not list(site.rglob("__pycache__"))
+    code = (f"import sys; sys.path.insert(0, {str(site)!r}); import hydra, omegaconf, antlr4; "
+            f"assert all(m.__file__.startswith({str(site)!r}) for m in (hydra, omegaconf, antlr4))")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    batch.carry_site(site)  # again: replaces, does not nest
+
+
 def test_batch_and_the_engine_change_check_do_not_import_each_other():
     import subprocess
     import sys
