@@ -4,7 +4,7 @@
         [--out results/cpu/microbench/cpu-prefill-chunk.json]
 
 Why: the server's `--chunked-prefill-tokens auto` is 8192 with CUDA and smaller on a CPU
-(granikv/server/engine_setup.py). On the CPU the engine runs the torch reference attention, whose
+(granikv/runtime/engine_setup.py). On the CPU the engine runs the torch reference attention, whose
 cost grows with the chunk times the context (it builds the chunk's score matrix), and nothing
 else runs while a step does: the longest step bounds how late other requests, /metrics and
 /health_generate are answered. This prefills one `--prompt`-token prompt on the tiny model with
