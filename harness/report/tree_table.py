@@ -55,6 +55,11 @@ def _variant(row: pd.Series) -> str | None:
     return None
 
 
+def _means(cells: pd.DataFrame, metric: str) -> dict[str, float]:
+    """`metric` per variant label, mean over `cells`."""
+    return {v[0]: statistics.fmean(cells[cells["variant_label"] == v[0]][metric]) for v in VARIANTS}
+
+
 def point_rows(cells: pd.DataFrame) -> list[PointRow]:
     """Per workload, the reps holding all four variants: those of one call when there are any."""
     if cells.empty:
@@ -75,11 +80,9 @@ def point_rows(cells: pd.DataFrame) -> list[PointRow]:
         if not reps:
             continue
         chosen = group[group["config.rep"].isin(reps)]
-        def mean(metric: str, chosen=chosen) -> dict[str, float]:
-            return {v[0]: statistics.fmean(chosen[chosen["variant_label"] == v[0]][metric]) for v in VARIANTS}
-
-        out.append(PointRow(str(workload), tuple(sorted(reps)), bool(one_call), mean("metrics.output_throughput"),
-                            mean("metrics.median_tpot_ms"), mean("metrics.median_ttft_ms")))
+        out.append(PointRow(str(workload), tuple(sorted(reps)), bool(one_call),
+                            *(_means(chosen, f"metrics.{m}") for m in ("output_throughput", "median_tpot_ms",
+                                                                        "median_ttft_ms"))))
     return out
 
 

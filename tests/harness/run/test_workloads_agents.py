@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from token_testutil import lcp
 
 from harness.run.config import Cell
 from harness.run.workloads import cli as workloads_cli
@@ -37,15 +38,6 @@ def fake_dataset(tmp_path_factory) -> tuple[str, dict[str, str]]:
     path = tmp_path_factory.mktemp("sharegpt") / "fake.json"
     path.write_text(json.dumps(convs))
     return str(path), texts
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _agents(fake: str, **kw) -> WorkloadConfig:
@@ -99,7 +91,7 @@ def test_nested_prefix_structure(fake_dataset, k, lp, la, vocab_size):
     # What a radix tree shares: exactly Lp across agents, at least Lp + La within one.
     for i, r in enumerate(reqs):
         for j, q in enumerate(reqs[:i]):
-            shared = _lcp(r.input_ids, q.input_ids)
+            shared = lcp(r.input_ids, q.input_ids)
             if i % k == j % k:
                 assert shared >= lp + la
             else:

@@ -14,6 +14,7 @@ import math
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from token_testutil import lcp
 
 from harness.run.workloads import cli as workloads_cli
 from harness.run.workloads.build import generate, write
@@ -47,15 +48,6 @@ def test_older_kinds_keep_their_bytes_and_names(tmp_path, kind, kw, name, sha):
     cfg = WorkloadConfig.for_kind(kind, **kw)
     assert workload_filename(cfg) == name
     assert hashlib.sha256(write(cfg, tmp_path / "w.jsonl").read_bytes()).hexdigest() == sha
-
-
-def _lcp(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _tree(levels, jitter=0.0, n=None, **kw) -> WorkloadConfig:
@@ -110,7 +102,7 @@ def test_tree_prompts_share_exactly_their_common_path(levels, jitter, seed):
                 assert ra.input_ids[:ra.shared_prefix_len] == reqs[a + cfg.k].input_ids[:ra.shared_prefix_len]
                 assert ra.prefix_id == reqs[a + cfg.k].prefix_id
             else:
-                assert _lcp(ra.input_ids, rb.input_ids) == want  # the radix tree branches at the node boundary
+                assert lcp(ra.input_ids, rb.input_ids) == want  # the radix tree branches at the node boundary
                 assert ra.prefix_id != rb.prefix_id
 
 
