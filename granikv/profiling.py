@@ -99,6 +99,20 @@ def summarize(events: Iterable[tuple[str, float, float]], steps: int, wall_ms: f
     return out
 
 
+def top_kernels(events: Iterable[tuple[str, float, float]], steps: int, n: int = 24) -> list[dict]:
+    """The `n` kernels with the most GPU time in a window of `steps`: name, category, launches
+    and ms per step, and mean µs per launch. Which kernel a step's excess over its floor is in."""
+    per: dict[str, list[float]] = {}
+    for name, s, e in events:
+        acc = per.setdefault(name, [0, 0.0])
+        acc[0] += 1
+        acc[1] += max(0.0, float(e) - float(s))
+    steps = max(1, int(steps))
+    rows = sorted(per.items(), key=lambda kv: -kv[1][1])[:n]
+    return [{"name": name[:160], "category": categorize(name), "launches_per_step": cnt / steps,
+             "ms_per_step": us / 1e3 / steps, "us_per_launch": us / cnt} for name, (cnt, us) in rows]
+
+
 def kernel_events(prof) -> list[tuple[str, float, float]]:
     """(name, start_us, end_us) of every GPU activity (kernels, memcpy, memset) in a finished
     torch.profiler session.

@@ -97,6 +97,18 @@ def tree_floor_key(system: str, share_depth: int) -> str:
     return {1: "root", 2: "two_level"}.get(share_depth, "any_depth")
 
 
+def tree_variants(systems: str, depths: str) -> list[tuple[str, int]]:
+    """(system, share_depth) per tree record: granikv once per depth of `depths` ("5,2": every
+    level, then the two-level cap, back to back on one engine's weights), the others once."""
+    out = []
+    for system in filter(None, systems.split(",")):
+        if system == "granikv":
+            out += [(system, int(d)) for d in depths.split(",")]
+        else:
+            out.append((system, MAX_SHARE_DEPTH))
+    return out
+
+
 def make_tree_prompts(levels: Sequence[tuple[int, int]], b: int, vocab: int, seed: int = 0) -> list[list[int]]:
     """B prompts over a tree of shared runs (`levels`: (fanout, length) per level): request i reads
     the root-to-leaf path of leaf i mod leaves (seeded runs, each distinct from its first token),
@@ -184,6 +196,8 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     (no hint: the engine finds the sharing), `lp` is ignored (the path length stands in) and
     granikv reads up to `share_depth` shared levels once per step (its floor reads as many)."""
     cfg = base_cfg.replace(system=system, max_running=max(b, 8))
+    if tree:  # the warm-up steps capture the one decode graph a tree step needs
+        cfg = cfg.replace(capture_at_start=False)
     if tree and system == "granikv":
         cfg = cfg.replace(share_depth=share_depth)
     eng = Engine(cfg, model=model)
@@ -216,6 +230,9 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
             eng.step()
         sync()
     busy, span = busy_and_span_ms(prof)
+    from granikv.profiling import kernel_events, top_kernels
+
+    kernels = top_kernels(kernel_events(prof), prof_steps)
     ctx = [r.seq_len for r in reqs]
     att = eng.backend.stats()
     classes = 1 if system != "paged" and att.get("paged_steps", 0) < att.get("decode_steps", 1) else 0
@@ -234,7 +251,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
         "gpu_busy_ms_per_step": busy / prof_steps, "window_ms_per_step": span / prof_steps,
         "host_gap_share": 1 - busy / span if span else None,
         "floor_ms": lin + kvf, "floor_linear_ms": lin, "floor_kv_ms": kvf,
-        "prefill_s": prefill_s, "attention": att, "graphs": {
+        "prefill_s": prefill_s, "kernels": kernels, "attention": att, "graphs": {
             "captures": eng.runner.graphs.captures if eng.runner.graphs else 0,
             "replays": eng.runner.graphs.replays if eng.runner.graphs else 0},
         "storage": {k: v for k, v in eng.storage.stats().items() if isinstance(v, (int, float, str))},
@@ -350,8 +367,9 @@ def main(argv=None) -> int:
                     help="tree cells, ';'-separated: levels@B, e.g. '1x4096,4x4096,4x2048@256' (fanout x length "
                          "per level; request i reads leaf i mod leaves; no hint); each system's floor reads the "
                          "sharing it can have (paged none, cascade the root, granikv every shared node)")
-    ap.add_argument("--share-depth", type=int, default=MAX_SHARE_DEPTH,
-                    help="granikv's share_depth in --trees cells (default: every level; 2 is the two-level cap)")
+    ap.add_argument("--share-depth", default=str(MAX_SHARE_DEPTH),
+                    help="granikv share_depth(s) in --trees cells, comma-separated, one record each (default: every "
+                         "level; 2 is the two-level cap)")
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prof-steps", type=int, default=10)
@@ -413,9 +431,9 @@ def main(argv=None) -> int:
                   f"att {rec['attention']}", flush=True)
     for cell in filter(None, args.trees.split(";")):
         tree, b = parse_tree(cell)
-        for system in args.systems.split(","):
+        for system, depth in tree_variants(args.systems, args.share_depth):
             rec = run_cell(model, base, system, 0, b, args.steps, args.prof_steps, bw, peak, tree=tree,
-                           share_depth=args.share_depth)
+                           share_depth=depth)
             records.append(rec)
             print(f"{system:8s} tree={cell} step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
                   f"({rec['step_over_floor']:.2f}x)  att {rec['attention']}", flush=True)

@@ -17,7 +17,7 @@ from engine_testutil import tiny_config
 
 from granikv.engine.engine import Engine
 from granikv.engine.request import SamplingParams  # noqa: E402
-from granikv.profiling import capture, categorize, kernel_events, summarize, union_us  # noqa: E402
+from granikv.profiling import capture, categorize, kernel_events, summarize, top_kernels, union_us  # noqa: E402
 from granikv.runtime.loop import EngineLoop  # noqa: E402
 from granikv.server.app import build_app  # noqa: E402
 from granikv.server.text import TextCodec  # noqa: E402
@@ -353,3 +353,12 @@ def test_cell_with_profile_true_records_a_failed_capture_and_still_writes_the_re
     validate_cell(doc, path)
     assert doc["config"]["profile"] is True and doc["metrics"]["completed"] == 6
     assert set(doc["profile"]) == {"error"} and doc["profile"]["error"]
+
+
+def test_top_kernels_ranks_by_time_per_step():
+    ev = [("_decode_kernel", 0, 10), ("nvjet_gemm", 10, 40), ("_decode_kernel", 40, 50), ("nvjet_gemm", 50, 80),
+          ("_merge_kernel", 80, 81)]
+    rows = top_kernels(ev, steps=2, n=2)
+    assert [r["name"] for r in rows] == ["nvjet_gemm", "_decode_kernel"]
+    assert rows[0]["category"] == "linear_gemm" and rows[0]["launches_per_step"] == 1.0
+    assert rows[0]["ms_per_step"] == 0.03 and rows[0]["us_per_launch"] == 30.0
