@@ -62,8 +62,11 @@ class EngineConfig:
     cold_range_as_slab: bool = True
     # shared levels a request's attention reads once per step (granikv): 1 = its head class only,
     # 2 = the head and one extension level (a system prompt and an agent's role), up to 5 (a tree of
-    # runs: granikv.attention.granikv); each level past the head is one more launch per layer
+    # runs: granikv.attention.granikv)
     share_depth: int = 2
+    # a step whose classes span two levels or more reads them in one flattened launch and merges
+    # them in one pass (granikv/kernels/prefix_flat.py); False: one launch and merge per level
+    flat_prefix: bool = True
 
     # scheduler
     max_running: int = 256

@@ -124,7 +124,7 @@ def _granikv_backend(cfg: EngineConfig, inputs: BackendInputs) -> AttentionBacke
                             min_prefix_len=cfg.min_prefix_for_hot, kv_bytes_per_token=kv_bytes_per_token,
                             min_saved_bytes=int(min_saved * 2**20))
     return GraniKVBackend(*inputs.args, policy=policy, cold_range_as_slab=cfg.cold_range_as_slab,
-                          share_depth=cfg.share_depth)
+                          share_depth=cfg.share_depth, flat=cfg.flat_prefix)
 
 
 SYSTEMS: Mapping[str, System] = MappingProxyType({s.name: s for s in (

@@ -53,7 +53,7 @@ class AttentionBackend:
             return None
         with span("dispatch"):
             plan = self.plan_decode(batch)
-        self.meta = materialize(plan, batch.seq_lens, self.slot_table)
+        self.meta = materialize(plan, batch.seq_lens, self.slot_table, self.group_size)
         return plan
 
     def plan_decode(self, batch: StepBatch) -> DecodePlan:
@@ -109,6 +109,8 @@ class AttentionBackend:
             if casc is not None:
                 op, lp = self.ops.prefix_cascade(q, kc, vc, casc, self.sm_scale)
                 self.ops.merge_(o, lse, op, lp)
+        if m.flat is not None:  # those kinds' classes at every level in one launch, one merge
+            self.ops.prefix_flat_(q, kc, vc, m.flat, self.sm_scale, o, lse)
         return o
 
     def stats(self) -> dict:

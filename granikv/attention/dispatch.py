@@ -77,6 +77,7 @@ class DispatchCounters:
     ext_steps: int = 0  # steps with at least one extension class (nested sharing, after a head class)
     deep_ext_steps: int = 0  # steps with a class at extension level 2 or deeper (EngineConfig.share_depth >= 3)
     paged_steps: int = 0  # steps where every request took the plain path
+    flat_steps: int = 0  # steps whose classes at two levels or more ran as one flattened launch
     contiguous_cold: int = 0  # COLD head classes whose run was one slot range, read by a slab-form pass
     class_decisions: dict = field(default_factory=lambda: {DENSE: 0, CASCADE: 0, ROWS: 0, EXT: 0, PLAIN: 0})
     # per decision, class size -> class-steps: a prefix pass's work is whole M tiles per class
@@ -114,6 +115,7 @@ class DispatchCounters:
             "rows_steps": self.rows_steps,
             "ext_steps": self.ext_steps,
             **({"deep_ext_steps": self.deep_ext_steps} if self.deep_ext_steps else {}),
+            **({"flat_steps": self.flat_steps} if self.flat_steps else {}),
             "paged_steps": self.paged_steps,
             "contiguous_cold": self.contiguous_cold,
             "class_decisions": dict(self.class_decisions),

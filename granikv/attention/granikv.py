@@ -22,8 +22,10 @@ the step: the members of extension classes that share the run after theirs form 
 extension level), one launch per level, while a level's launch pays for itself.
 
 Every request's own tokens are read by the paged decode kernel from the end of its classes on;
-the partial results are merged by log-sum-exp. Requests in no class read everything on the plain
-path, exactly as the paged system would.
+the partial results are merged by log-sum-exp. A step with classes at two or more levels reads
+all of them in one flattened launch and merges them in one pass (`flat`, EngineConfig.flat_prefix;
+granikv/kernels/prefix_flat.py) instead of one launch and one merge per level. Requests in no
+class read everything on the plain path, exactly as the paged system would.
 """
 
 from __future__ import annotations
@@ -35,14 +37,26 @@ from granikv.attention.batch import ReqView, StepBatch
 from granikv.attention.cascade import common_prefix_len
 from granikv.attention.classes import partition_runs
 from granikv.attention.dispatch import PLAIN, DispatchCounters, DispatchPolicy
-from granikv.attention.plan import EXT, MAX_SHARE_DEPTH, ROWS, ClassLists, DecodePlan, _pow2, ext_kind, is_ext
+from granikv.attention.plan import (
+    EXT,
+    FLAT,
+    FLAT_LEVEL,
+    MAX_SHARE_DEPTH,
+    ROWS,
+    ClassLists,
+    DecodePlan,
+    _pow2,
+    ext_kind,
+    is_ext,
+)
 
 
 class GraniKVBackend(AttentionBackend):
     name = "granikv"
 
     def __init__(self, *args, policy: DispatchPolicy | None = None, cold_classes: bool = True,
-                 nested: bool = True, cold_range_as_slab: bool = True, share_depth: int = 2, **kwargs) -> None:
+                 nested: bool = True, cold_range_as_slab: bool = True, share_depth: int = 2, flat: bool = True,
+                 **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.policy = policy or DispatchPolicy(group_size=self.group_size)
         self.cold_classes = cold_classes
@@ -52,6 +66,7 @@ class GraniKVBackend(AttentionBackend):
         self.share_depth = share_depth if nested else 1
         self.nested = self.share_depth >= 2  # extension classes after the head classes (EXT pass)
         self.cold_range_as_slab = cold_range_as_slab  # EngineConfig.cold_range_as_slab
+        self.flat = flat  # EngineConfig.flat_prefix
         self.counters = DispatchCounters()
         # (representative key, member key, start) -> (their slot views, slot at start, common run
         # from start): a running request's prompt slots change only when a promotion re-points a
@@ -158,7 +173,17 @@ class GraniKVBackend(AttentionBackend):
         self._lcp = lcp
         self._contig = contig
         self.counters.record(decisions or [PLAIN], sizes)
-        return DecodePlan(kv_start=kv_start, passes=passes)
+        flat = self._flat(passes)
+        self.counters.flat_steps += flat
+        return DecodePlan(kv_start=kv_start, passes=passes, flat=flat)
+
+    def _flat(self, kinds) -> bool:
+        """Whether a step's classes run as one flattened launch: when they span two levels or
+        more (one level alone is one launch either way)."""
+        return self.flat and sum(k in FLAT_LEVEL for k in kinds) >= 2
+
+    def _sig(self, *entries: tuple) -> tuple:
+        return entries + ((FLAT,),) if self._flat([e[0] for e in entries]) else entries
 
     def _contiguous_base(self, rep: ReqView, length: int, cache: dict) -> int | None:
         """The first slot of the representative's run when its `length` slots are the ascending
@@ -214,19 +239,19 @@ class GraniKVBackend(AttentionBackend):
         kind = self.policy.choose(n, max(self.policy.min_prefix_len, 1 << 20))
         if kind == PLAIN:
             return [()]
-        sigs = [(), ((kind, 1, _pow2(n), True),)]
+        sigs = [(), self._sig((kind, 1, _pow2(n), True))]
         if self.cold_classes:
-            sigs.append(((ROWS, 1, _pow2(n), False),))
+            sigs.append(self._sig((ROWS, 1, _pow2(n), False)))
         if self.nested:  # one head class, its requests in 1, 2, 4 or 8 agents' extension classes
             for c in (1, 2, 4, 8):
                 if 2 * c <= n:  # an extension class has two requests at least
-                    sigs.append(((kind, 1, _pow2(n), True), (EXT, c, _pow2(-(-n // c)), False)))
+                    sigs.append(self._sig((kind, 1, _pow2(n), True), (EXT, c, _pow2(-(-n // c)), False)))
         if self.share_depth >= 3:  # a tree: c1 extension classes, each split c2 / c1 ways again
             for c1 in (1, 2, 4, 8):
                 for c2 in (2 * c1, 4 * c1, 8 * c1):
                     if 2 * c2 <= n:
-                        sigs.append(((kind, 1, _pow2(n), True), (EXT, c1, _pow2(-(-n // c1)), False),
-                                     (ext_kind(2), c2, _pow2(-(-n // c2)), False)))
+                        sigs.append(self._sig((kind, 1, _pow2(n), True), (EXT, c1, _pow2(-(-n // c1)), False),
+                                              (ext_kind(2), c2, _pow2(-(-n // c2)), False)))
         return sigs
 
     def warm_class_signatures(self, n: int, max_classes: int) -> list[tuple]:

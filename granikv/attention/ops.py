@@ -14,6 +14,7 @@ import torch
 from granikv import kernels as K
 from granikv.attention import torch_ops as T
 from granikv.kernels.prefix_classes import PrefixClasses
+from granikv.kernels.prefix_flat import prefix_flat_
 
 
 class KernelOps:
@@ -90,6 +91,12 @@ class KernelOps:
             return T.prefix(q, k_cache, v_cache, classes, sm_scale)
         o, lse = self._empty_prefix_out(q)
         return K.prefix_dense(q, k_cache, v_cache, classes, sm_scale, out=o, lse=lse, impl=self.dense_impl)
+
+    def prefix_flat_(self, q, k_cache, v_cache, flat, sm_scale, out, lse) -> None:
+        if self.impl == "torch":
+            T.prefix_flat_(q, k_cache, v_cache, flat, sm_scale, out, lse)
+            return
+        prefix_flat_(q, k_cache, v_cache, flat, sm_scale, out, lse)
 
     def merge_(self, o_a, lse_a, o_b, lse_b) -> None:
         if self.impl == "torch":

@@ -73,6 +73,35 @@ def prefix(q, k_cache, v_cache, classes, sm_scale):
     return o, lse
 
 
+def prefix_flat_(q, k_cache, v_cache, flat, sm_scale, out, lse) -> None:
+    """The flattened prefix pass (granikv/kernels/prefix_flat.py): each level's classes, then
+    one LSE merge per level into (out, lse)."""
+    b, hq, d = q.shape
+    hkv = k_cache.shape[1]
+    g = hq // hkv
+    indptr, lens = flat.indptr.tolist(), flat.lens.tolist()
+    where, rows, level = flat.where.tolist(), flat.rows.tolist(), flat.level.tolist()
+    table = flat.slot_table.reshape(-1)
+    for lv in range(flat.levels):
+        o_l = torch.zeros_like(q)
+        lse_l = torch.full((b, hq), NEG_INF, device=q.device)
+        for c in range(len(indptr) - 1):
+            members = flat.reqs[indptr[c]:indptr[c + 1]].long()
+            if level[c] != lv or members.numel() == 0 or lens[c] == 0:
+                continue
+            if rows[c]:
+                slots = table[where[c]:where[c] + lens[c]].long()
+            else:
+                slots = torch.arange(where[c], where[c] + lens[c], device=q.device)
+            k = k_cache[slots].float().permute(1, 0, 2)  # [Hkv, L, d]
+            v = v_cache[slots].float().permute(1, 0, 2)
+            qm = q[members].float().view(-1, hkv, g, d).permute(1, 0, 2, 3)
+            oc, lc = _softmax_lse(torch.einsum("hngd,hld->hngl", qm, k) * sm_scale, v[:, None])
+            o_l[members] = oc.permute(1, 0, 2, 3).reshape(-1, hq, d).to(q.dtype)
+            lse_l[members] = lc.permute(1, 0, 2).reshape(-1, hq)
+        merge_(out, lse, o_l, lse_l)
+
+
 def merge_(o_a, lse_a, o_b, lse_b) -> None:
     m = torch.maximum(lse_a, lse_b)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 
 from granikv.attention.batch import StepBatch
-from granikv.attention.plan import DecodeMeta, DecodePlan, pass_table
+from granikv.attention.plan import FLAT, FLAT_LEVEL, DecodeMeta, DecodePlan, flat_sizes, pass_table
 from granikv.kernels.prefix_classes import PrefixClasses
+from granikv.kernels.prefix_flat import FLAT_CONFIG, FlatClasses, flat_lists
 
 N_BASE = 6  # (unused), pos, out_slots, rows, seq_lens, kv_start
 
@@ -35,9 +36,26 @@ class _PassLayout:
 
 
 @dataclass
+class _FlatLayout:
+    """The flattened launch's region: [indptr C+1 | reqs R | lens C | where C | rows C | level C |
+    item_class I | item_tile I | mask bucket] (granikv/kernels/prefix_flat.py)."""
+
+    off: int
+    classes: int  # C: the flat kinds' padded class counts summed
+    reqs: int  # R: bucket x levels (a request is in one class per level)
+    items: int  # I: the work-list bound
+    levels: int
+
+    @property
+    def length(self) -> int:
+        return 5 * self.classes + 1 + self.reqs + 2 * self.items
+
+
+@dataclass
 class _Graph:
     bucket: int
     passes: list[_PassLayout]
+    flat: _FlatLayout | None
     length: int
     host: torch.Tensor  # pinned int64 [length]
     dev: torch.Tensor  # device int64 [length]
@@ -139,15 +157,24 @@ class DecodeGraphs:
                 n += 1
         return n
 
-    def _layout(self, bucket: int, sig: tuple) -> tuple[list[_PassLayout], int]:
+    def _layout(self, bucket: int, sig: tuple) -> tuple[list[_PassLayout], _FlatLayout | None, int]:
         off = N_BASE * bucket
         passes = []
-        for kind, c, s, slab in sig:
+        flat_on = (FLAT,) in sig
+        for entry in sig:
+            if entry == (FLAT,) or (flat_on and entry[0] in FLAT_LEVEL):
+                continue  # in the flat region
+            kind, c, s, slab = entry
             passes.append(_PassLayout(kind, c, s, slab, off))
             off += (c + 1) + bucket + 2 * c
-        return passes, off
+        flat = None
+        if flat_on:
+            classes, levels, items = flat_sizes(sig, self.backend.group_size)
+            flat = _FlatLayout(off, classes, bucket * levels, items, levels)
+            off += flat.length + bucket
+        return passes, flat, off
 
-    def _bind(self, g_bucket: int, passes: list[_PassLayout], dev: torch.Tensor) -> StepBatch:
+    def _bind(self, g_bucket: int, passes: list[_PassLayout], flat: _FlatLayout | None, dev: torch.Tensor) -> StepBatch:
         """Views + int32 conversions of the packed buffer (run inside the capture)."""
         b = g_bucket
         f = [dev[i * b:(i + 1) * b] for i in range(N_BASE)]
@@ -166,9 +193,18 @@ class DecodeGraphs:
                 indptr=indptr, reqs=reqs, prefix_len=lens,
                 slab_base=where if p.slab else None, page_rows=None if p.slab else where,
                 slot_table=None if p.slab else pass_table(p.kind, self.slot_table), max_class_size=p.size)
+        flat_meta = None
+        if flat is not None:
+            cuts = [flat.classes + 1, flat.reqs] + [flat.classes] * 4 + [flat.items] * 2 + [b]
+            parts, o = [], flat.off
+            for n in cuts:
+                parts.append(dev[o:o + n].to(torch.int32))
+                o += n
+            flat_meta = FlatClasses(*parts, slot_table=self.slot_table.reshape(-1, 1), levels=flat.levels)
         batch = StepBatch(mode="decode", reqs=[], num_tokens=b, out_slots=out_slots, rows=rows,
                           prefix_lens=seq_lens - 1, qo_indptr=None, seq_lens=seq_lens)
-        self.backend.bind(batch, DecodeMeta(kv_start=kv_start, kv_len=seq_lens - kv_start, passes=meta_passes))
+        self.backend.bind(batch, DecodeMeta(kv_start=kv_start, kv_len=seq_lens - kv_start, passes=meta_passes,
+                                            flat=flat_meta))
         return ids, pos, f[3]
 
     def _pack(self, g: _Graph, pos, out_slots, rows, seq_lens, plan: DecodePlan, n: int) -> None:
@@ -198,13 +234,26 @@ class DecodeGraphs:
             h[w0:w0 + len(where)] = where
             if not p.slab:
                 h[w0 + len(where):w0 + C] = self.pad_row
+        if g.flat is not None:
+            f = g.flat
+            classes, levels = plan.flat_classes(self.slot_table.stride(0))
+            if levels != f.levels:
+                raise RuntimeError(f"flat plan of {levels} levels met a graph of {f.levels}")
+            lists = flat_lists(classes, b, levels, self.backend.group_size, FLAT_CONFIG.block_m,
+                               num_classes=f.classes, num_reqs=f.reqs, num_items=f.items,
+                               pad_row_where=self.pad_row * self.slot_table.stride(0))
+            o = f.off
+            for a in (lists.indptr, lists.reqs, lists.lens, lists.where, lists.rows, lists.level, lists.item_class,
+                      lists.item_tile, lists.mask):
+                h[o:o + len(a)] = a
+                o += len(a)
         g.event.synchronize()  # the previous copy out of this pinned buffer is done (not the replay)
         g.host.numpy()[:] = h
         g.dev.copy_(g.host, non_blocking=True)  # stream-ordered: lands after the previous replay
         g.event.record()
 
     def _capture(self, bucket: int, sig: tuple) -> _Graph:
-        passes, length = self._layout(bucket, sig)
+        passes, flat, length = self._layout(bucket, sig)
         dev_t = self.slot_table.device
         host = torch.zeros(length, dtype=torch.int64).pin_memory()
         dev = torch.zeros(length, dtype=torch.int64, device=dev_t)
@@ -214,15 +263,15 @@ class DecodeGraphs:
         for p in passes:
             if not p.slab:
                 dev[p.off + 2 * p.classes + 1 + bucket:p.off + 3 * p.classes + 1 + bucket] = self.pad_row
-        graph, (logits, nxt), self.pool = capture(lambda: self._forward(bucket, passes, dev), self.pool)
+        graph, (logits, nxt), self.pool = capture(lambda: self._forward(bucket, passes, flat, dev), self.pool)
         self.captures += 1
         ev = torch.cuda.Event()
         ev.record()
-        return _Graph(bucket, passes, length, host, dev, graph, logits, nxt, ev)
+        return _Graph(bucket, passes, flat, length, host, dev, graph, logits, nxt, ev)
 
-    def _forward(self, bucket, passes, dev):
+    def _forward(self, bucket, passes, flat, dev):
         """The captured step: inputs from tok_buf, model, greedy sample written back to tok_buf."""
-        ids, pos, rows = self._bind(bucket, passes, dev)
+        ids, pos, rows = self._bind(bucket, passes, flat, dev)
         logits = self.model.forward(ids, pos, self.backend)
         nxt = logits.argmax(dim=-1)
         self.tok_buf[rows] = nxt

@@ -151,7 +151,8 @@ class ModelRunner:
             if plan is None:
                 self.backend.plan(batch)
             else:  # a decode step the graphs could not take: reuse its plan eagerly
-                self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table))
+                self.backend.bind(batch, materialize(plan, batch.seq_lens, self.slot_table,
+                                                     self.backend.group_size))
         ids = self.tok_buf[rows_t.long()]
         with span("forward"):
             logits = self.model.forward(ids, pos_t, self.backend)

@@ -62,11 +62,11 @@ CASCADE_CONFIG = PrefixConfig(block_m=64, block_n=128, num_warps=4, num_stages=3
 # multi-prefix run needs: Table 20 k=16 (16 classes of 16: TILES = 1 with one split) compiled
 # inside the first run on each machine (tests/engine/test_no_compile_gpu.py checks none does;
 # docs/performance.md, "No int specialization in the prefix pass").
-@triton.jit(do_not_specialize=["max_splits", "TILES"])
+@triton.jit(do_not_specialize=["max_splits", "TILES", "NB"])
 def _prefix_kernel(
     Q, K, V, KDesc, VDesc, Indptr, Reqs, PrefixLen, SlabBase, PageRows, SlotTable,
-    O, Lse, PartO, PartLse,
-    qk_scale, max_splits, TILES,
+    O, Lse, PartO, PartLse, ItemClass, ItemTile, Level,
+    qk_scale, max_splits, TILES, NB,
     s_q_b, s_q_h,
     s_k_s, s_k_h, s_v_s, s_v_h,
     s_t_r,
@@ -75,9 +75,17 @@ def _prefix_kernel(
     G: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     MIN_SPLIT_LEN: tl.constexpr, DIRECT: tl.constexpr,
     SLAB: tl.constexpr, USE_TMA: tl.constexpr, UPCAST: tl.constexpr, PREC: tl.constexpr,
+    FLAT: tl.constexpr,
 ):
-    c = tl.program_id(0) // TILES
-    mt = tl.program_id(0) % TILES
+    # FLAT (prefix_flat.py): program = one (class, M tile) item of a work list over the classes
+    # of every level; per class a slab-or-row flag (in PageRows), its first slot or flat table
+    # position (in SlabBase) and its level; partials go to rows level * NB + request
+    if FLAT:
+        c = tl.load(ItemClass + tl.program_id(0))
+        mt = tl.load(ItemTile + tl.program_id(0))
+    else:
+        c = tl.program_id(0) // TILES
+        mt = tl.program_id(0) % TILES
     h = tl.program_id(1)
     s = tl.program_id(2)
     r0 = tl.load(Indptr + c)
@@ -109,6 +117,11 @@ def _prefix_kernel(
             base = slab_row.to(tl.int64)
             k_base += base * s_k_s
             v_base += base * s_v_s
+        elif FLAT:
+            where = tl.load(SlabBase + c).to(tl.int64)
+            is_rows = tl.load(PageRows + c) != 0
+            base = tl.where(is_rows, 0, where)  # a slab's keys are slots base + position
+            table = SlotTable + tl.where(is_rows, where, 0) * s_t_r  # a row's go through the table
         else:
             table = SlotTable + tl.load(PageRows + c).to(tl.int64) * s_t_r
         # full tiles: no masks
@@ -122,7 +135,11 @@ def _prefix_kernel(
                     kp = k_base + offs_n[:, None] * s_k_s + offs_d[None, :]
                     vp = v_base + offs_n[:, None] * s_v_s + offs_d[None, :]
                 else:
-                    slots = tl.load(table + offs_n).to(tl.int64)
+                    if FLAT:  # predicated off for a slab class: no table traffic
+                        slots = tl.where(is_rows, tl.load(table + offs_n, mask=(offs_n >= 0) & is_rows, other=0),
+                                         base + offs_n).to(tl.int64)
+                    else:
+                        slots = tl.load(table + offs_n).to(tl.int64)
                     kp = k_base + slots[:, None] * s_k_s + offs_d[None, :]
                     vp = v_base + slots[:, None] * s_v_s + offs_d[None, :]
                 k = tl.load(kp)
@@ -140,7 +157,11 @@ def _prefix_kernel(
                 kp = k_base + offs_n[:, None] * s_k_s + offs_d[None, :]
                 vp = v_base + offs_n[:, None] * s_v_s + offs_d[None, :]
             else:
-                slots = tl.load(table + offs_n, mask=nmask, other=0).to(tl.int64)
+                if FLAT:
+                    slots = tl.where(is_rows, tl.load(table + offs_n, mask=nmask & is_rows, other=0),
+                                     base + offs_n).to(tl.int64)
+                else:
+                    slots = tl.load(table + offs_n, mask=nmask, other=0).to(tl.int64)
                 kp = k_base + slots[:, None] * s_k_s + offs_d[None, :]
                 vp = v_base + slots[:, None] * s_v_s + offs_d[None, :]
             k = tl.load(kp, mask=nmask[:, None], other=0.0)
@@ -155,9 +176,20 @@ def _prefix_kernel(
                      o.to(O.dtype.element_ty), mask=rmask[:, None])
             tl.store(Lse + req * s_l_b + hq * s_l_h, lse2 * 0.6931471805599453, mask=rmask)
         else:
+            if FLAT:
+                req += tl.load(Level + c).to(tl.int64) * NB
             tl.store(PartO + req[:, None] * s_po_r + hq[:, None] * s_po_h + s * s_po_s + offs_d[None, :], o,
                      mask=rmask[:, None])
             tl.store(PartLse + req * s_pl_r + hq * s_pl_h + s, lse2, mask=rmask)
+    if FLAT:
+        # a class's unused splits hold no keys: say so, since the merge reads every split of a level
+        if (mt * BLOCK_M < nrows) & (s >= nsplit):
+            offs_m = mt * BLOCK_M + tl.arange(0, BLOCK_M)
+            rmask = offs_m < nrows
+            row = tl.load(Reqs + r0 + offs_m // G, mask=rmask, other=0).to(tl.int64)
+            row += tl.load(Level + c).to(tl.int64) * NB
+            tl.store(PartLse + row * s_pl_r + (h * G + offs_m % G) * s_pl_h + s,
+                     tl.full([BLOCK_M], float("-inf"), tl.float32), mask=rmask)
 
 
 def prefix_max_splits(classes: PrefixClasses, batch: int, g: int, num_kv_heads: int, device,
@@ -170,9 +202,15 @@ def prefix_max_splits(classes: PrefixClasses, batch: int, g: int, num_kv_heads: 
     programs, two waves)."""
     tiles = -(-max(1, batch) * g // cfg.block_m) + classes.num_classes - 1
     units = max(1, tiles * num_kv_heads)
-    wave = cfg.target_programs * num_sms(device)
+    return splits_for_units(units, cfg.target_programs * num_sms(device), cfg.max_splits_cap)
+
+
+def splits_for_units(units: int, wave: int, cap: int) -> int:
+    """The split count that minimises waves per unit of work, ceil(units * s / wave) / s, among
+    those keeping a launch of `units` programs per split within about two waves (the smallest
+    on ties)."""
     best, best_cost = 1, float("inf")
-    s_max = max(1, min(cfg.max_splits_cap, -(-2 * wave // units)))
+    s_max = max(1, min(cap, -(-2 * wave // units)))
     for s in range(1, s_max + 1):
         cost = -(-units * s // wave) / s
         if cost < best_cost - 1e-9:
@@ -226,8 +264,8 @@ def run_prefix_pass(
         q, k_cache, v_cache, kd, vd, classes.indptr, classes.reqs, classes.prefix_len,
         classes.slab_base if slab else classes.indptr,
         classes.page_rows if not slab else classes.indptr, table,
-        out, lse, po, pl,
-        sm_scale * LOG2E, max_splits, tiles,
+        out, lse, po, pl, classes.indptr, classes.indptr, classes.indptr,
+        sm_scale * LOG2E, max_splits, tiles, 0,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         table.stride(0),
@@ -236,7 +274,7 @@ def run_prefix_pass(
         pl.stride(0), pl.stride(1),
         G=g, D=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
         MIN_SPLIT_LEN=cfg.min_split_len, DIRECT=max_splits == 1,
-        SLAB=slab, USE_TMA=use_tma, UPCAST=upcast_flag(q), PREC=dot_precision(q),
+        SLAB=slab, USE_TMA=use_tma, UPCAST=upcast_flag(q), PREC=dot_precision(q), FLAT=False,
         num_warps=cfg.num_warps, num_stages=stages_for(cfg.num_stages, q),
     )
     if max_splits > 1:

@@ -97,15 +97,17 @@ def tree_floor_key(system: str, share_depth: int) -> str:
     return {1: "root", 2: "two_level"}.get(share_depth, "any_depth")
 
 
-def tree_variants(systems: str, depths: str) -> list[tuple[str, int]]:
-    """(system, share_depth) per tree record: granikv once per depth of `depths` ("5,2": every
-    level, then the two-level cap, back to back on one engine's weights), the others once."""
+def tree_variants(systems: str, depths: str, flat: str = "on") -> list[tuple[str, int, bool]]:
+    """(system, share_depth, flat_prefix) per tree record: granikv once per depth of `depths`
+    ("5,2": every level, then the two-level cap, back to back on one engine's weights) and per
+    `flat` setting ("both": the flattened launch, then one launch per level), the others once."""
+    flats = {"on": [True], "off": [False], "both": [True, False]}[flat]
     out = []
     for system in filter(None, systems.split(",")):
         if system == "granikv":
-            out += [(system, int(d)) for d in depths.split(",")]
+            out += [(system, int(d), f) for d in depths.split(",") for f in flats]
         else:
-            out.append((system, MAX_SHARE_DEPTH))
+            out.append((system, MAX_SHARE_DEPTH, True))
     return out
 
 
@@ -191,7 +193,8 @@ def cell_params(b: int, max_new: int, share: float, sampled: dict) -> list[Sampl
 
 def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps: int, prof_steps: int,
              bw: float, peak: float, sampled_share: float = 0.0, sampled: dict | None = None,
-             tree: Sequence[tuple[int, int]] | None = None, share_depth: int = MAX_SHARE_DEPTH) -> dict:
+             tree: Sequence[tuple[int, int]] | None = None, share_depth: int = MAX_SHARE_DEPTH,
+             flat_prefix: bool = True) -> dict:
     """One (Lp, B) cell of one system; with `tree`, B requests over that tree of shared runs
     (no hint: the engine finds the sharing), `lp` is ignored (the path length stands in) and
     granikv reads up to `share_depth` shared levels once per step (its floor reads as many)."""
@@ -199,7 +202,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     if tree:  # the warm-up steps capture the one decode graph a tree step needs
         cfg = cfg.replace(capture_at_start=False)
     if tree and system == "granikv":
-        cfg = cfg.replace(share_depth=share_depth)
+        cfg = cfg.replace(share_depth=share_depth, flat_prefix=flat_prefix)
     eng = Engine(cfg, model=model)
     spec = eng.spec
     if tree:
@@ -259,6 +262,7 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
     if tree:
         rec["tree"] = [list(lv) for lv in tree]
         rec["share_depth"] = cfg.share_depth
+        rec["flat_prefix"] = cfg.flat_prefix
         rec["floor_kv_ms_by_depth"] = tree_floors  # paged / root / two_level / any_depth
     rec["step_over_floor"] = rec["step_ms"] / rec["floor_ms"]
     for r in reqs:
@@ -370,6 +374,9 @@ def main(argv=None) -> int:
     ap.add_argument("--share-depth", default=str(MAX_SHARE_DEPTH),
                     help="granikv share_depth(s) in --trees cells, comma-separated, one record each (default: every "
                          "level; 2 is the two-level cap)")
+    ap.add_argument("--flat", default="on", choices=["on", "off", "both"],
+                    help="granikv in --trees cells: the flattened prefix launch (EngineConfig.flat_prefix), one "
+                         "launch per level, or both back to back")
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prof-steps", type=int, default=10)
@@ -431,11 +438,12 @@ def main(argv=None) -> int:
                   f"att {rec['attention']}", flush=True)
     for cell in filter(None, args.trees.split(";")):
         tree, b = parse_tree(cell)
-        for system, depth in tree_variants(args.systems, args.share_depth):
+        for system, depth, flat in tree_variants(args.systems, args.share_depth, args.flat):
             rec = run_cell(model, base, system, 0, b, args.steps, args.prof_steps, bw, peak, tree=tree,
-                           share_depth=depth)
+                           share_depth=depth, flat_prefix=flat)
             records.append(rec)
-            print(f"{system:8s} tree={cell} step {rec['step_ms']:7.2f} ms  floor {rec['floor_ms']:6.2f} "
+            print(f"{system:8s} tree={cell} depth={depth} flat={flat} step {rec['step_ms']:7.2f} ms  "
+                  f"floor {rec['floor_ms']:6.2f} "
                   f"({rec['step_over_floor']:.2f}x)  att {rec['attention']}", flush=True)
     doc = {"env": env_info(), "config": vars(args), "records": records}
     if args.http:

@@ -91,17 +91,20 @@ def test_ahead_keys_stop_at_max_running():
     assert max(b for b, _ in graphs.ahead_keys(backend, 200)) == 256
     # a lone request takes the plain path; 2..8 requests the cascade pass (2..8 x g < m_sat) over
     # a slab, or the rows pass over a COLD run (no hint, nothing promoted yet); a head class with
-    # 1, 2, 4 or 8 agents' extension classes of two requests at least (nested sharing)
+    # 1, 2, 4 or 8 agents' extension classes of two requests at least (nested sharing: two levels,
+    # one flattened launch)
     # and at the steady batch of 8, two or four prefixes' classes (padded size and twice it, slab
     # and rows form)
     assert graphs.ahead_keys(backend, 8) == [
         (1, ()), (2, ()), (2, (("cascade", 1, 2, True),)), (2, (("rows", 1, 2, False),)),
-        (2, (("cascade", 1, 2, True), ("ext", 1, 2, False))),
+        (2, (("cascade", 1, 2, True), ("ext", 1, 2, False), ("flat",))),
         (4, ()), (4, (("cascade", 1, 4, True),)), (4, (("rows", 1, 4, False),)),
-        (4, (("cascade", 1, 4, True), ("ext", 1, 4, False))), (4, (("cascade", 1, 4, True), ("ext", 2, 2, False))),
+        (4, (("cascade", 1, 4, True), ("ext", 1, 4, False), ("flat",))),
+        (4, (("cascade", 1, 4, True), ("ext", 2, 2, False), ("flat",))),
         (8, ()), (8, (("cascade", 1, 8, True),)), (8, (("rows", 1, 8, False),)),
-        (8, (("cascade", 1, 8, True), ("ext", 1, 8, False))), (8, (("cascade", 1, 8, True), ("ext", 2, 4, False))),
-        (8, (("cascade", 1, 8, True), ("ext", 4, 2, False))),
+        (8, (("cascade", 1, 8, True), ("ext", 1, 8, False), ("flat",))),
+        (8, (("cascade", 1, 8, True), ("ext", 2, 4, False), ("flat",))),
+        (8, (("cascade", 1, 8, True), ("ext", 4, 2, False), ("flat",))),
         (8, (("cascade", 2, 4, True),)), (8, (("rows", 2, 4, False),)), (8, (("cascade", 2, 8, True),)),
         (8, (("rows", 2, 8, False),)), (8, (("cascade", 4, 2, True),)), (8, (("rows", 4, 2, False),)),
         (8, (("cascade", 4, 4, True),)), (8, (("rows", 4, 4, False),))]

@@ -269,17 +269,29 @@ def test_a_tree_reads_each_shared_level_once_per_step(hot):
         by_leaf = sorted(sorted(m) for m in plan.passes["ext2"].members)
         assert by_leaf == sorted([i for i, lf in enumerate(leaves) if lf == leaf] for leaf in set(leaves))
         assert plan.passes["ext2"].lens == [24] * 4 and plan.kv_start == [120] * len(prompts)
-    assert eng.stats()["attention"]["deep_ext_steps"] >= len(full)
+        assert plan.flat  # the three levels in one flattened launch
+    att = eng.stats()["attention"]
+    assert att["deep_ext_steps"] >= len(full) and att["flat_steps"] >= len(full)
     two: list = []
     assert run_agents(Engine(tiny_config("granikv", share_depth=2, **kw)), prompts, hints=False, plans=two) == ref
     assert not any("ext2" in p.passes for p, _ in two)
+    # one launch and one merge per level instead: the same tokens
+    per_level = Engine(tiny_config("granikv", share_depth=3, flat_prefix=False, **kw))
+    assert run_agents(per_level, prompts, hints=False) == ref
+    assert "flat_steps" not in per_level.stats()["attention"]
 
 
-def test_level_two_classes_through_triton_kernels():
-    """ext2 through the Triton prefix kernel's flat page-row form (interpreter on CPU)."""
+@pytest.mark.parametrize("hot,flat", [(False, True), (True, True), (False, False)])
+def test_level_two_classes_through_triton_kernels(hot, flat):
+    """ext2 through the Triton prefix kernel (interpreter on CPU): the levels in one flattened
+    launch (a HOT slab head and row-form levels mixed in it with `hot`), or one launch per level."""
     prompts = tree_prompts(3, levels=((1, 32), (2, 16), (2, 16)), per_leaf=1)
     ref = run_agents(Engine(tiny_config("paged", kernel_impl="torch")), prompts, hints=False, steps=3)
-    eng = Engine(tiny_config("granikv", share_depth=3, hot_fraction=0.001, promote_min_refs=0,
-                             min_prefix_for_hot=16, prefix_pass_min_saved_mib=0))
+    kw = dict(m_sat=1 << 20) if hot else dict(hot_fraction=0.001, promote_min_refs=0)  # hot: a cascade head
+    eng = Engine(tiny_config("granikv", share_depth=3, min_prefix_for_hot=16, prefix_pass_min_saved_mib=0,
+                             flat_prefix=flat, **kw))
     assert run_agents(eng, prompts, hints=False, steps=3) == ref
-    assert eng.stats()["attention"].get("deep_ext_steps", 0) > 0
+    att = eng.stats()["attention"]
+    assert att.get("deep_ext_steps", 0) > 0 and (att.get("flat_steps", 0) > 0) == flat, att
+    if hot:
+        assert eng.stats()["storage"]["promotions_committed"] > 0 and att["cascade_steps"] > 0, att

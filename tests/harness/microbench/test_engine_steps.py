@@ -105,13 +105,15 @@ def test_tree_cell_at_a_capped_depth_is_held_to_that_depths_floor(tmp_path):
 
 
 def test_tree_cell_runs_granikv_once_per_listed_depth(tmp_path):
-    """`--share-depth 5,2`: granikv at every level and at the two-level cap, back to back, each
-    held to its own floor; the other systems once."""
+    """`--share-depth 5,2 --flat both`: granikv at every level and at the two-level cap, each with
+    the flattened launch and without, back to back, each held to its depth's floor; the other
+    systems once."""
     doc = _run(tmp_path, "--cells", "", "--trees", "1x32,2x16,2x8@8", "--systems", "cascade,granikv",
-               "--share-depth", "5,2", "--steps", "2", "--prof-steps", "1")
-    got = [(r["system"], r["share_depth"] if r["system"] == "granikv" else None) for r in doc["records"]]
-    assert got == [("cascade", None), ("granikv", 5), ("granikv", 2)]
-    by = {r["share_depth"]: r for r in doc["records"] if r["system"] == "granikv"}
+               "--share-depth", "5,2", "--flat", "both", "--steps", "2", "--prof-steps", "1")
+    got = [(r["system"], r["share_depth"], r["flat_prefix"]) if r["system"] == "granikv" else r["system"]
+           for r in doc["records"]]
+    assert got == ["cascade", ("granikv", 5, True), ("granikv", 5, False), ("granikv", 2, True), ("granikv", 2, False)]
+    by = {r["share_depth"]: r for r in doc["records"] if r["system"] == "granikv" and r["flat_prefix"]}
     assert by[5]["floor_kv_ms"] == by[5]["floor_kv_ms_by_depth"]["any_depth"]
     assert by[2]["floor_kv_ms"] == by[2]["floor_kv_ms_by_depth"]["two_level"]
     assert all(isinstance(r["kernels"], list) for r in doc["records"])
