@@ -52,7 +52,8 @@ def test_three_systems_agree_on_gpu_fp32():
 def test_a_tree_at_any_share_depth_agrees_on_gpu_fp32():
     """Sharing at any depth (EngineConfig.share_depth): a three-level tree of shared runs without
     hints, read level by level (share_depth 3: head, EXT, ext2 through the Triton kernels and CUDA
-    graphs) or capped at two levels, gives paged's tokens."""
+    graphs, in one flattened launch or one launch per level) or capped at two levels, gives paged's
+    tokens."""
     from test_hint_free import tree_prompts
 
     prompts = tree_prompts(5, levels=((1, 96), (2, 64), (2, 48)), per_leaf=4)
@@ -60,13 +61,14 @@ def test_a_tree_at_any_share_depth_agrees_on_gpu_fp32():
     ids = [p for p, _, _ in prompts]
     params = SamplingParams(max_new_tokens=32, ignore_eos=True)
     outs, deep = {}, {}
-    for name, system, depth in (("paged", "paged", 2), ("two", "granikv", 2), ("three", "granikv", 3)):
+    for name, system, depth, flat in (("paged", "paged", 2, True), ("two", "granikv", 2, True),
+                                      ("three", "granikv", 3, True), ("per-level", "granikv", 3, False)):
         eng = Engine(tiny_config(system, device="cuda", dtype="float32", kernel_impl="triton", min_prefix_for_hot=32,
-                                 m_sat=16, prefix_pass_min_saved_mib=0, share_depth=depth))
+                                 m_sat=16, prefix_pass_min_saved_mib=0, share_depth=depth, flat_prefix=flat))
         eng.generate(seeds, SamplingParams(max_new_tokens=2, ignore_eos=True))
         outs[name] = eng.generate(ids, params)
         deep[name] = eng.stats()["attention"].get("deep_ext_steps", 0)
-    assert outs["two"] == outs["paged"] and outs["three"] == outs["paged"]
+    assert outs["two"] == outs["paged"] and outs["three"] == outs["paged"] and outs["per-level"] == outs["paged"]
     assert deep["three"] > 0 and deep["two"] == 0
 
 
