@@ -12,7 +12,10 @@ while it is unfragmented). Timed, each as one CUDA graph with L2 flushed per rep
 - `per_level`: the suffix decode, then per level a zero-filled output, the cascade kernel over
   that level's classes and an LSE merge (EngineConfig.flat_prefix=False);
 - `flat`: the suffix decode, then one flattened launch over every level's classes and one merge
-  (granikv/kernels/prefix_flat.py), once per candidate tile config.
+  (granikv/kernels/prefix_flat.py), once per candidate tile config;
+- `level`: one level's classes alone through the cascade kernel, per candidate config, its runs
+  read through the slot table (`rows`), as contiguous slabs (`slab`), or as slabs through TMA
+  (`tma`): which level and which load path the step's prefix time goes to.
 Every form's output is checked against `plain` first. Shared-run FLOPs (4 · Hq · d per query
 row and key) over the prefix part's time give the tensor-core rate each config reaches; the
 floor is max(shared-run bytes / HBM, FLOPs / GEMM peak) plus the suffix's bytes.
@@ -185,10 +188,38 @@ def main(argv=None) -> int:
               + (f"  prefix {prefix_us:8.1f} us {rec['prefix_tflops']:6.1f} TFLOP/s" if form != "plain" else ""),
               flush=True)
 
+    def level_fn(lv, form, cfg):
+        cs = [c for c in classes if c.level == lv]
+        if form == "rows" and lv > 0:
+            pc = PrefixClasses.from_lists([c.members for c in cs], [c.length for c in cs], dev,
+                                          page_rows=[c.where for c in cs], slot_table=table.view(-1, 1))
+        else:  # the run's slots as a slab: a deeper node's run is one slot range here
+            flat_t = table.reshape(-1)
+            bases = [c.where if not c.rows else int(flat_t[c.where]) for c in cs]
+            pc = PrefixClasses.from_lists([c.members for c in cs], [c.length for c in cs], dev, slab_base=bases)
+        run_cfg = PrefixConfig(**{**asdict(cfg), "tma": form == "tma"})
+        op, lp = torch.zeros_like(q), torch.full(q.shape[:2], float("-inf"), dtype=torch.float32, device=dev)
+        return lambda: prefix_cascade(q, k, v, pc, sm, out=op, lse=lp, cfg=run_cfg)
+
     record("plain", plain)
     record("per_level", levels_fn)
-    for cfg in list(dict.fromkeys(CANDIDATES))[:2 if args.smoke else None]:
+    cands = list(dict.fromkeys(CANDIDATES))[:2 if args.smoke else None]
+    for cfg in cands:
         record("flat", flat_fn(cfg), cfg)
+    for lv in range(nlev):
+        cs = [c for c in classes if c.level == lv]
+        lflops = 4 * g * hkv * d * sum(len(c.members) * c.length for c in cs)
+        for form in ("rows", "slab", "tma") if lv else ("slab", "tma"):
+            if form == "tma" and args.smoke:
+                continue
+            for cfg in cands:
+                t = bench(level_fn(lv, form, cfg), rep_ms=rep)
+                records.append({"form": "level", "level": lv, "load": form, "cfg": asdict(cfg), "us": t.us,
+                                "tflops": lflops / t.us / 1e6,
+                                "hbm_tbps": sum(c.length for c in cs) * kv_tok / t.us / 1e6})
+                print(f"level {lv} {form:4s} bm{cfg.block_m} bn{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} "
+                      f"tp{cfg.target_programs}  {t.us:8.1f} us  {records[-1]['tflops']:6.1f} TFLOP/s  "
+                      f"{records[-1]['hbm_tbps']:5.2f} TB/s", flush=True)
     if args.out is None and args.smoke:
         print("smoke run: numbers mean nothing; not written unless --out was given")
         return 0
