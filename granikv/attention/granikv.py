@@ -75,7 +75,7 @@ class GraniKVBackend(AttentionBackend):
         self._lcp: dict[tuple, tuple] = {}
         # representative key -> (its slot view, run length, slab base or None): whether the first
         # `length` slots of its row are one ascending range (checked once while the view holds)
-        self._contig: dict[object, tuple] = {}
+        self._contig: dict[tuple, tuple] = {}
 
     def plan_decode(self, batch: StepBatch) -> DecodePlan:
         hot: dict[int, list[tuple[int, int]]] = {}
@@ -90,7 +90,8 @@ class GraniKVBackend(AttentionBackend):
         passes: dict[str, ClassLists] = {}
         decisions, sizes = [], []
 
-        def add(kind: str, members: list[int], length: int, where: int, slab: bool, start: int = 0) -> None:
+        def add(kind: str, members: list[int], length: int, where: int, slab: bool, start: int = 0,
+                slab_at: int | None = None) -> None:
             nonlocal kv_start
             decisions.append(kind)
             sizes.append(len(members))
@@ -100,12 +101,14 @@ class GraniKVBackend(AttentionBackend):
             if c is None:
                 c = passes[kind] = ClassLists(members=[], lens=[], bases=[] if slab else None,
                                               page_rows=None if slab else [],
-                                              starts=[] if is_ext(kind) else None)
+                                              starts=[] if is_ext(kind) else None,
+                                              slabs=[] if is_ext(kind) else None)
             c.members.append(members)
             c.lens.append(length)
             (c.bases if slab else c.page_rows).append(where)
             if is_ext(kind):
                 c.starts.append(start)
+                c.slabs.append(slab_at)
             if kv_start is None:
                 kv_start = [0] * batch.num_reqs
             for i in members:
@@ -133,7 +136,7 @@ class GraniKVBackend(AttentionBackend):
             for members, length in partition_runs(runs, min_size):
                 heads.append((self.policy.kind(len(members), length), members, length, base, True))
         lcp: dict[tuple, tuple] = {}
-        contig: dict[object, tuple] = {}
+        contig: dict[tuple, tuple] = {}
         cold_slab_kinds: list[str] = []  # the kind of each COLD class read as a slab
         for first, idx in cold.items():
             if len(idx) < min_size:
@@ -166,8 +169,11 @@ class GraniKVBackend(AttentionBackend):
                     continue
                 for members, length, rep in self._row_classes(batch.reqs, idx, start, first, lcp):
                     kind = self.policy.kind(len(members), length)
+                    # a run that is one slot range: the flattened launch reads it as a slab
+                    at = (self._contiguous_base(batch.reqs[rep], length, contig, start)
+                          if kind != PLAIN and self.flat and self.cold_range_as_slab else None)
                     exts.append((PLAIN if kind == PLAIN else kind_l, members, length, batch.reqs[rep].row, False,
-                                 start))
+                                 start, at))
             if kind_l not in settle(exts):
                 break  # nothing read once at this level: no deeper level starts from it
         self._lcp = lcp
@@ -185,21 +191,22 @@ class GraniKVBackend(AttentionBackend):
     def _sig(self, *entries: tuple) -> tuple:
         return entries + ((FLAT,),) if self._flat([e[0] for e in entries]) else entries
 
-    def _contiguous_base(self, rep: ReqView, length: int, cache: dict) -> int | None:
-        """The first slot of the representative's run when its `length` slots are the ascending
-        range [s, s + length), else None. The COLD pool hands a prompt's slots out in one slice of
+    def _contiguous_base(self, rep: ReqView, length: int, cache: dict, start: int = 0) -> int | None:
+        """The first slot of the representative's run [start, start + length) when its slots
+        are the ascending range [s, s + length), else None. The COLD pool hands a prompt's slots out in one slice of
         its free stack, so a prefix prefilled while the pool is unfragmented sits in one range: the
         slab form of the pass reads it with contiguous loads, where the page-row form gathers every
         token through the slot table at a lower bandwidth (the kernel sweep's two forms,
         docs/generated/prefix-rule.md)."""
-        hit = self._contig.get(rep.key) or cache.get(rep.key)
+        key = (rep.key, start)
+        hit = self._contig.get(key) or cache.get(key)
         if hit is not None and hit[0] is rep.slots and hit[1] == length:
-            cache[rep.key] = hit
+            cache[key] = hit
             return hit[2]
-        run = np.asarray(rep.slots[:length])
+        run = np.asarray(rep.slots[start:start + length])
         s0 = int(run[0])
         ok = int(run[-1]) - s0 == length - 1 and bool(np.all(np.diff(run) == 1))
-        cache[rep.key] = (rep.slots, length, s0 if ok else None)
+        cache[key] = (rep.slots, length, s0 if ok else None)
         return s0 if ok else None
 
     def _row_classes(self, reqs: list[ReqView], idx: list[int], start: int, first: int, cache: dict,

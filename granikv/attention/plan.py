@@ -64,6 +64,9 @@ class ClassLists:
     bases: list[int] | None = None  # HOT slab base per class (granikv)
     page_rows: list[int] | None = None  # a member's slot-table row per class (cascade baseline)
     starts: list[int] | None = None  # EXT: first position read in that row, per class
+    # EXT: per class, the first slot of its run when the run is one slot range (else None); the
+    # flattened launch reads such a run as a slab, a per-level launch through the row regardless
+    slabs: list[int | None] | None = None
 
     def where(self, row_stride: int) -> list[int]:
         """Per class what the kernel indexes: the slab base, the slot-table row, or (EXT) the
@@ -117,7 +120,9 @@ def flat_classes_of(passes: dict[str, ClassLists], row_stride: int) -> tuple[lis
         slab = c.bases is not None
         starts = c.starts or [0] * len(c.lens)
         wheres = c.bases if slab else [r * row_stride + s for r, s in zip(c.page_rows, starts, strict=True)]
-        out += [FlatClass(m, n, w, not slab, level[kind]) for m, n, w in zip(c.members, c.lens, wheres, strict=True)]
+        at = c.slabs or [None] * len(c.lens)
+        out += [FlatClass(m, n, w if a is None else a, not slab and a is None, level[kind])
+                for m, n, w, a in zip(c.members, c.lens, wheres, at, strict=True)]
     return out, len(set(level.values()))
 
 
