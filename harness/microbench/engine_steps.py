@@ -111,6 +111,21 @@ def tree_variants(systems: str, depths: str, flat: str = "on") -> list[tuple[str
     return out
 
 
+def set_flat_config(text: str) -> None:
+    """`--flat-config bm,bn,warps,stages,target_programs`: the flattened launch's tiles for this
+    benchmark process (the modules that size and launch it read FLAT_CONFIG), to time a
+    candidate from harness.microbench.tree_passes inside whole engine steps."""
+    import granikv.attention.plan as plan_mod
+    import granikv.engine.graphs as graphs_mod
+    import granikv.kernels.prefix_flat as flat_mod
+    from granikv.kernels import PrefixConfig
+
+    bm, bn, w, st, tp = (int(x) for x in text.split(","))
+    cfg = PrefixConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=st, min_split_len=256, target_programs=tp)
+    for mod in (flat_mod, plan_mod, graphs_mod):
+        mod.FLAT_CONFIG = cfg
+
+
 def make_tree_prompts(levels: Sequence[tuple[int, int]], b: int, vocab: int, seed: int = 0) -> list[list[int]]:
     """B prompts over a tree of shared runs (`levels`: (fanout, length) per level): request i reads
     the root-to-leaf path of leaf i mod leaves (seeded runs, each distinct from its first token),
@@ -263,6 +278,11 @@ def run_cell(model, base_cfg: EngineConfig, system: str, lp: int, b: int, steps:
         rec["tree"] = [list(lv) for lv in tree]
         rec["share_depth"] = cfg.share_depth
         rec["flat_prefix"] = cfg.flat_prefix
+        from dataclasses import asdict
+
+        import granikv.kernels.prefix_flat as flat_mod
+
+        rec["flat_config"] = asdict(flat_mod.FLAT_CONFIG)
         rec["floor_kv_ms_by_depth"] = tree_floors  # paged / root / two_level / any_depth
     rec["step_over_floor"] = rec["step_ms"] / rec["floor_ms"]
     for r in reqs:
@@ -377,6 +397,8 @@ def main(argv=None) -> int:
     ap.add_argument("--flat", default="on", choices=["on", "off", "both"],
                     help="granikv in --trees cells: the flattened prefix launch (EngineConfig.flat_prefix), one "
                          "launch per level, or both back to back")
+    ap.add_argument("--flat-config", default="", help="bm,bn,warps,stages,target_programs of the flattened "
+                                                      "launch (default: granikv.kernels.prefix_flat.FLAT_CONFIG)")
     ap.add_argument("--systems", default="paged,cascade,granikv")
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prof-steps", type=int, default=10)
@@ -406,6 +428,8 @@ def main(argv=None) -> int:
     if args.notes:
         print(notes_table(args.notes))
         return 0
+    if args.flat_config:
+        set_flat_config(args.flat_config)
     on_cpu = args.device == "cpu"
     args.model = args.model or ("tiny" if on_cpu else "llama-3.1-8b")
     args.out = args.out or f"results/{'cpu' if on_cpu else 'h200'}/engine/steps.json"

@@ -12,7 +12,9 @@ while it is unfragmented). Timed, each as one CUDA graph with L2 flushed per rep
 - `per_level`: the suffix decode, then per level a zero-filled output, the cascade kernel over
   that level's classes and an LSE merge (EngineConfig.flat_prefix=False);
 - `flat`: the suffix decode, then one flattened launch over every level's classes and one merge
-  (granikv/kernels/prefix_flat.py), once per candidate tile config;
+  (granikv/kernels/prefix_flat.py), deeper runs read through the slot table, at the engine's
+  tile config; `flat_slab`: the same with every run read as a slab (what the engine does with
+  a run that is one slot range), once per candidate tile config;
 - `level`: one level's classes alone through the cascade kernel, per candidate config, its runs
   read through the slot table (`rows`), as contiguous slabs (`slab`), or as slabs through TMA
   (`tma`): which level and which load path the step's prefix time goes to.
@@ -37,8 +39,8 @@ from harness.microbench._timing import bench, write_result
 CANDIDATES = [FLAT_CONFIG] + [
     PrefixConfig(block_m=bm, block_n=bn, num_warps=w, num_stages=s, min_split_len=256, target_programs=tp)
     for bm, bn, w, s, tp in [
-        (64, 64, 4, 3, 1), (64, 128, 4, 2, 1), (64, 128, 4, 3, 2), (128, 64, 8, 3, 1), (128, 128, 8, 2, 1),
-        (128, 128, 8, 3, 1), (128, 64, 4, 3, 1),
+        (64, 64, 4, 3, 1), (64, 64, 4, 3, 2), (64, 64, 4, 2, 2), (64, 128, 4, 3, 2), (128, 64, 8, 3, 1),
+        (128, 128, 8, 3, 1), (128, 128, 8, 3, 2), (128, 64, 8, 3, 2),
     ]
 ]
 
@@ -147,8 +149,12 @@ def main(argv=None) -> int:
             merge_lse_(o, lse, op, lp)
         return o, lse
 
-    def flat_fn(cfg):
-        flat = FlatClasses.from_lists(flat_lists(classes, b, nlev, g, cfg.block_m), table)
+    flat_t = table.reshape(-1).cpu()
+    slab_classes = [FlatClass(c.members, c.length, int(flat_t[c.where]) if c.rows else c.where, False, c.level)
+                    for c in classes]
+
+    def flat_fn(cfg, cs=classes):
+        flat = FlatClasses.from_lists(flat_lists(cs, b, nlev, g, cfg.block_m), table)
 
         def run():
             o, lse = decode_paged(q, k, v, table, rows, kv_start, own_len, sm)
@@ -194,7 +200,6 @@ def main(argv=None) -> int:
             pc = PrefixClasses.from_lists([c.members for c in cs], [c.length for c in cs], dev,
                                           page_rows=[c.where for c in cs], slot_table=table.view(-1, 1))
         else:  # the run's slots as a slab: a deeper node's run is one slot range here
-            flat_t = table.reshape(-1)
             bases = [c.where if not c.rows else int(flat_t[c.where]) for c in cs]
             pc = PrefixClasses.from_lists([c.members for c in cs], [c.length for c in cs], dev, slab_base=bases)
         run_cfg = PrefixConfig(**{**asdict(cfg), "tma": form == "tma"})
@@ -204,8 +209,9 @@ def main(argv=None) -> int:
     record("plain", plain)
     record("per_level", levels_fn)
     cands = list(dict.fromkeys(CANDIDATES))[:2 if args.smoke else None]
+    record("flat", flat_fn(FLAT_CONFIG), FLAT_CONFIG)
     for cfg in cands:
-        record("flat", flat_fn(cfg), cfg)
+        record("flat_slab", flat_fn(cfg, slab_classes), cfg)
     for lv in range(nlev):
         cs = [c for c in classes if c.level == lv]
         lflops = 4 * g * hkv * d * sum(len(c.members) * c.length for c in cs)

@@ -21,10 +21,10 @@ def test_smoke_sweep_checks_and_records_every_form(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
     forms = [rec["form"] for rec in doc["records"]]
-    assert forms[:4] == ["plain", "per_level", "flat", "flat"]
-    assert all(rec["rel_err"] < 1e-4 for rec in doc["records"][:4])
+    assert forms[:5] == ["plain", "per_level", "flat", "flat_slab", "flat_slab"]
+    assert all(rec["rel_err"] < 1e-4 for rec in doc["records"][:5])
     # each level alone, its runs as rows and as slabs (TMA only on a GPU), per config
-    assert {(r["level"], r["load"]) for r in doc["records"][4:]} == {(0, "slab"), (1, "rows"), (1, "slab"),
+    assert {(r["level"], r["load"]) for r in doc["records"][5:]} == {(0, "slab"), (1, "rows"), (1, "slab"),
                                                                        (2, "rows"), (2, "slab")}
     assert doc["config"]["levels"] == [[1, 40], [2, 24], [2, 17]] and doc["floor_us"] > 0
 
