@@ -12,7 +12,7 @@ Paths are fixed relative to the repository root (`results/h200`, `results/cpu`,
 `conf/hardware/h200.yaml`) so the output does not depend on where it is run from. The H200 docs
 are rendered from H200 results only; the CPU smoke pipeline does not render them. This module is
 the registry: a page's generator lives in the module of its kind (kernels, engine, serving,
-prefix_rule, reproduction), each importing only harness.docs.common.
+prefix_rule, reproduction, tree), each importing only harness.docs.common.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from harness.docs.kernels import render_ceilings, render_extend, render_kernels,
 from harness.docs.prefix_rule import render_prefix_rule
 from harness.docs.reproduction import render_reproduction
 from harness.docs.serving import render_api_ab, render_graphs, render_serving_ab
+from harness.docs.tree import render_tree
 
 GENERATORS: dict[str, Callable[[Sources], str]] = {
     "ceilings": render_ceilings,
@@ -51,6 +52,7 @@ GENERATORS: dict[str, Callable[[Sources], str]] = {
     "tp2": render_tp2,
     "replay": render_replay,
     "reproduction": render_reproduction,
+    "tree": render_tree,
 }
 
 
