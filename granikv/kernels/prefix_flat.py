@@ -25,12 +25,14 @@ import torch
 
 from granikv.kernels._common import LOG2E, check_cache, dot_precision, num_sms, stages_for, upcast_flag
 from granikv.kernels.merge import merge_levels_
-from granikv.kernels.prefix_cascade import CASCADE_CONFIG, PrefixConfig, _prefix_kernel, splits_for_units
+from granikv.kernels.prefix_cascade import PrefixConfig, _prefix_kernel, splits_for_units
 from granikv.kernels.splits import SplitWorkspace
 
-# the flat launch's tiles: the cascade pass's (its classes are the ones the cascade kernel read
-# one launch per level before)
-FLAT_CONFIG = CASCADE_CONFIG
+# the flat launch's tiles: small K/V tiles and two programs per SM (`target_programs`, which sets
+# the splits), so a memory-bound deep level (few readers, a long run) keeps loads in flight beside
+# the compute-bound head; fastest of harness.microbench.tree_passes' candidates on the
+# [[1,4096],[4,4096],[4,2048]] tree at B = 256 (docs/generated/tree.md)
+FLAT_CONFIG = PrefixConfig(block_m=64, block_n=64, num_warps=4, num_stages=2, min_split_len=256, target_programs=2)
 PAD_TILE = 1 << 20  # a padding item's M tile: past every class's rows, so its program returns
 
 

@@ -32,7 +32,8 @@ def passes_block(src: Sources, rel: str) -> list[str]:
     levels = " ".join(f"{f}×{n}" for f, n in cfg["levels"])
     out = [f"### One layer, tree {levels}, B = {cfg['batch']} ({env.get('gpu')})", "",
            f"Hq = {cfg['hq']}, Hkv = {cfg['hkv']}, d = {cfg['d']}, {cfg['dtype']}; each request's own "
-           f"suffix U[{cfg['suffix'][0]}, {cfg['suffix'][1]}] in random pages. Floor = max(shared-run bytes / "
+           f"suffix U[{cfg['suffix'][0]}, {cfg['suffix'][1]}] in random pages. Floor (on the ceilings the run was "
+           f"given, the H200's by default) = max(shared-run bytes / "
            f"{cfg['hbm_tbps']} TB/s, shared FLOPs / {cfg['peak_tflops']} TFLOP/s) + own bytes / {cfg['hbm_tbps']} "
            f"TB/s = {doc['floor_us']:.1f} µs; the suffix decode alone takes {doc['suffix_us']:.1f} µs.", ""]
     steps = [r for r in doc["records"] if r["form"] != "level"]
@@ -73,7 +74,8 @@ def steps_block(src: Sources, rel: str) -> list[str]:
                      "merges ms", "floor ms", "step / floor"),
                     [(r["system"], r["share_depth"] if r["system"] == "granikv" else "—",
                       ("one launch" if r.get("flat_prefix") else "a launch each") if r["system"] == "granikv"
-                      else "—", _cfg(r.get("flat_config")) if r["system"] == "granikv" else "—",
+                      else "—",
+                      _cfg(r.get("flat_config")) if r["system"] == "granikv" and r.get("flat_prefix") else "—",
                       f"{r['step_ms']:.2f}", kernel_ms(r, "_prefix_kernel"),
                       f"{float(kernel_ms(r, '_merge')) + float(kernel_ms(r, '_combine')):.2f}",
                       f"{r['floor_ms']:.2f}", f"{r['step_over_floor']:.2f}") for r in recs])
