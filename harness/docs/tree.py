@@ -66,8 +66,8 @@ def steps_block(src: Sources, rel: str) -> list[str]:
            "the prefix kernel and in the level merge, against the floor of the sharing each variant can have "
            "(floor constants of the H200).", ""]
 
-    def kernel_ms(r: dict, name: str) -> str:
-        ms = sum(k["ms_per_step"] for k in r.get("kernels", []) if name in k["name"])
+    def kernel_ms(r: dict, *names: str) -> str:
+        ms = sum(k["ms_per_step"] for k in r.get("kernels", []) if any(n in k["name"] for n in names))
         return f"{ms:.2f}"
 
     out += md_table(("system", "share_depth", "levels in", "flat tiles", "step ms", "prefix kernel ms",
@@ -77,7 +77,7 @@ def steps_block(src: Sources, rel: str) -> list[str]:
                       else "—",
                       _cfg(r.get("flat_config")) if r["system"] == "granikv" and r.get("flat_prefix") else "—",
                       f"{r['step_ms']:.2f}", kernel_ms(r, "_prefix_kernel"),
-                      f"{float(kernel_ms(r, '_merge')) + float(kernel_ms(r, '_combine')):.2f}",
+                      kernel_ms(r, "_merge", "_combine"),
                       f"{r['floor_ms']:.2f}", f"{r['step_over_floor']:.2f}") for r in recs])
     out += ["", f"git {git_short(doc)}. " + cite(rel), ""]
     return out

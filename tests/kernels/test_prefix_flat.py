@@ -17,7 +17,7 @@ from kernel_testutil import DEV, DTYPES, TOL, check_lse, gen, make_cache, randn,
 from granikv.attention import torch_ops
 from granikv.kernels import PrefixConfig
 from granikv.kernels.prefix_flat import FlatClass, FlatClasses, flat_items_bound, flat_lists, prefix_flat_
-from granikv.kernels.ref import _attend
+from granikv.kernels.ref import decode_paged_ref
 
 SMALL = PrefixConfig(block_m=16, block_n=16, num_warps=4, num_stages=2, min_split_len=32)
 
@@ -65,23 +65,19 @@ def _keys(table, own, classes, b):
 
 
 def _reference(q, k, v, table, own, classes, sm):
-    bsz, hq, d = q.shape
-    hkv = k.shape[1]
-    g = hq // hkv
-    o = torch.zeros(bsz, hq, d, dtype=torch.float64)
-    lse = torch.zeros(bsz, hq, dtype=torch.float64)
-    for b in range(bsz):
-        slots = _keys(table, own, classes, b)
-        for h in range(hkv):
-            ob, lb = _attend(q[b, h * g:(h + 1) * g].cpu(), k[slots, h].cpu(), v[slots, h].cpu(), sm)
-            o[b, h * g:(h + 1) * g], lse[b, h * g:(h + 1) * g] = ob, lb
-    return o, lse
+    """Attention over every key a request reads: the decode reference over a table whose row b
+    lists request b's slots."""
+    keys = [_keys(table, own, classes, b) for b in range(q.shape[0])]
+    rows = torch.zeros(len(keys), max(1, max(len(x) for x in keys)), dtype=torch.int32)
+    for b, x in enumerate(keys):
+        rows[b, :len(x)] = x.to(torch.int32)
+    n = len(keys)
+    return decode_paged_ref(q, k, v, rows, torch.arange(n), torch.zeros(n, dtype=torch.int32),
+                            torch.tensor([len(x) for x in keys]), sm)
 
 
 def _own_part(q, k, v, table, own, sm):
     """The suffix decode's result the flat pass merges into: attention over each own part."""
-    from granikv.kernels.ref import decode_paged_ref
-
     bsz = q.shape[0]
     rows = torch.arange(bsz, dtype=torch.int32, device=DEV)
     start = torch.zeros(bsz, dtype=torch.int32, device=DEV)
